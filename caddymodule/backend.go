@@ -1,0 +1,144 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"kubevirt.io/client-go/kubevirt"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
+)
+
+// clusters shares one cluster connection (and its informers) between
+// handler instances with the same settings, across config reloads, so a
+// `caddy reload` neither relists the cluster nor loses running task workers.
+var clusters = caddy.NewUsagePool()
+
+// backendKey identifies a cluster connection.
+type backendKey struct {
+	simulate      bool
+	kubeconfig    string
+	context       string
+	namespaces    string
+	taskNamespace string
+}
+
+// backend is a started cluster; it is the UsagePool value.
+type backend struct {
+	cluster *kube.Cluster
+	stop    func()
+}
+
+// Destruct stops the informers when the last handler using them goes.
+func (b *backend) Destruct() error {
+	b.stop()
+	return nil
+}
+
+func (h *APIHandler) key() backendKey {
+	return backendKey{
+		simulate:      h.Simulate,
+		kubeconfig:    h.Kubeconfig,
+		context:       h.Context,
+		namespaces:    strings.Join(h.Namespaces, ","),
+		taskNamespace: h.TaskNamespace,
+	}
+}
+
+// connect returns the shared cluster for this handler's settings.
+func (h *APIHandler) connect(ctx caddy.Context, logger *zap.Logger) (*kube.Cluster, error) {
+	val, _, err := clusters.LoadOrNew(h.key(), func() (caddy.Destructor, error) {
+		return h.newBackend(logger)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return val.(*backend).cluster, nil
+}
+
+func (h *APIHandler) newBackend(logger *zap.Logger) (*backend, error) {
+	opts := kube.Options{
+		Namespaces:    h.Namespaces,
+		TaskNamespace: h.TaskNamespace,
+		SyncTimeout:   time.Duration(h.SyncTimeout),
+		Logger:        logger.Named("kube"),
+	}
+	if h.Simulate {
+		return newSimulatedBackend(opts, logger)
+	}
+	cfg, err := restConfig(h.Kubeconfig, h.Context)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubevirt client: %w", err)
+	}
+	if opts.TaskNamespace == "" && len(h.Namespaces) == 0 {
+		opts.TaskNamespace = inClusterNamespace()
+	}
+	c := kube.New(kc, kv, cfg, opts)
+	if err := c.Start(context.Background()); err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", cfg.Host, err)
+	}
+	logger.Info("connected to kubernetes", zap.String("host", cfg.Host), zap.Strings("namespaces", h.Namespaces), zap.String("task_namespace", c.TaskNamespace()))
+	return &backend{cluster: c, stop: c.Stop}, nil
+}
+
+// newSimulatedBackend runs the same code over an in-memory cluster with the
+// KubeVirt stand-in controller, seeded with a small lab.
+func newSimulatedBackend(opts kube.Options, logger *zap.Logger) (*backend, error) {
+	kc, kv := kubevirtsim.NewFakeClients(kubevirtsim.Seed()...)
+	ctx, cancel := context.WithCancel(context.Background())
+	ctrl := kubevirtsim.NewController(kv, kc, kubevirtsim.Options{
+		StartDelay: 1500 * time.Millisecond,
+		StopDelay:  time.Second,
+		Logger:     logger.Named("simulator"),
+	})
+	go func() { _ = ctrl.Run(ctx) }()
+	c := kube.New(kc, kv, nil, opts)
+	c.SetVirtAPI(true)
+	if err := c.Start(ctx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("starting the simulated cluster: %w", err)
+	}
+	logger.Warn("SIMULATED CLUSTER: serving an in-memory KubeVirt stand-in; no real VM exists and nothing is persisted")
+	return &backend{cluster: c, stop: func() { c.Stop(); cancel() }}, nil
+}
+
+// restConfig loads a kubeconfig with the standard rules (explicit path,
+// $KUBECONFIG, ~/.kube/config), falling back to the in-cluster config.
+func restConfig(path, context string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if path != "" {
+		rules.ExplicitPath = path
+	}
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "caddy-proxmox"
+	return cfg, nil
+}
+
+// inClusterNamespace is the pod's namespace when running in a cluster.
+func inClusterNamespace() string {
+	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{})
+	if ns, _, err := cfg.Namespace(); err == nil && ns != "" {
+		return ns
+	}
+	return "default"
+}

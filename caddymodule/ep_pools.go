@@ -1,0 +1,47 @@
+package caddymodule
+
+import (
+	"net/http"
+	"time"
+)
+
+// Pools are the served namespaces.
+
+func (h *APIHandler) getPools(q *request) (any, *apiError) {
+	if id, ok := q.p["poolid"]; ok {
+		// PVE 8.1+: /pools?poolid=x answers a one-element list with members.
+		pool, e := h.poolWithMembers(q, id)
+		if e != nil {
+			return nil, e
+		}
+		return []any{pool}, nil
+	}
+	out := []map[string]any{}
+	for _, ns := range q.c.Namespaces() {
+		out = append(out, map[string]any{"poolid": ns})
+	}
+	return out, nil
+}
+
+func (h *APIHandler) getPool(q *request) (any, *apiError) {
+	pool, e := h.poolWithMembers(q, q.r.PathValue("poolid"))
+	if e != nil {
+		return nil, e
+	}
+	delete(pool, "poolid")
+	return pool, nil
+}
+
+func (h *APIHandler) poolWithMembers(q *request, id string) (map[string]any, *apiError) {
+	if !q.c.Serves(id) {
+		return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", id)
+	}
+	now := time.Now()
+	members := []any{}
+	for _, g := range q.c.Guests() {
+		if g.Namespace() == id {
+			members = append(members, vmResource(g, factsOf(g, now)))
+		}
+	}
+	return map[string]any{"poolid": id, "members": members}, nil
+}

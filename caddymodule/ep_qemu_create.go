@@ -1,0 +1,114 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// createOnly are POST /nodes/{n}/qemu parameters that steer the call and
+// are not part of the VM's config.
+var createOnly = map[string]bool{"vmid": true, "pool": true, "start": true, "unique": true, "force": true, "live-restore": true, "archive": true, "storage": true, "bwlimit": true}
+
+// postQemu creates a VM from PVE parameters.
+func (h *APIHandler) postQemu(q *request) (any, *apiError) {
+	n, e := h.node(q)
+	if e != nil {
+		return nil, e
+	}
+	v, ok, e := q.p.str("vmid")
+	if e != nil {
+		return nil, e
+	}
+	if !ok {
+		return nil, paramErr("vmid", "property is missing and it is not optional")
+	}
+	vmid, err := translate.ParseVMID(v)
+	if err != nil {
+		return nil, paramErr("vmid", "%v", err)
+	}
+	start, e := q.p.boolean("start", false)
+	if e != nil {
+		return nil, e
+	}
+	ns := h.DefaultPool
+	if ns == "" {
+		ns = "default"
+		if len(h.Namespaces) > 0 {
+			ns = h.Namespaces[0]
+		}
+	}
+	if pool, ok := q.p["pool"]; ok && pool != "" {
+		ns = pool
+	}
+	if !q.c.Serves(ns) {
+		return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", ns)
+	}
+	cfg := map[string]string{}
+	for k := range q.p {
+		if createOnly[k] {
+			continue
+		}
+		val, _, e := q.p.str(k)
+		if e != nil {
+			return nil, e
+		}
+		cfg[k] = val
+	}
+	if q.c.VMIDTaken(vmid) {
+		return nil, newError(http.StatusInternalServerError, "VM %d already exists", vmid)
+	}
+	vm, perrs := translate.BuildVM(translate.VMRequest{
+		VMID: vmid, Node: n.Name, Namespace: ns, Config: cfg,
+		NameTaken:     func(name string) bool { return q.c.VMNameTaken(ns, name) },
+		StorageExists: q.c.StorageClassExists,
+	})
+	if len(perrs) > 0 {
+		return nil, paramError(perrs)
+	}
+	created, err := q.c.CreateVM(q.ctx(), vm)
+	if err != nil {
+		return nil, kubeError(err)
+	}
+	g, err := q.c.Guest(vmid)
+	if err != nil || g.VM.UID != created.UID {
+		// Someone claimed the id in the same instant; the label now names two
+		// VMs. Undo ours rather than leave an ambiguous id behind.
+		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), kube.Guest{VMID: vmid, VM: created})
+		return nil, newError(http.StatusInternalServerError, "VM %d already exists", vmid)
+	}
+	line := fmt.Sprintf("created VM %d as %s/%s", vmid, created.Namespace, created.Name)
+	if !start {
+		return h.begin(q, g, translate.TaskCreate, kube.GoalNone, 0, line, nil)
+	}
+	c := q.c
+	return h.begin(q, g, translate.TaskCreate, kube.GoalRunning, 5*time.Minute, line, func(ctx context.Context) error { return c.StartVM(ctx, g) })
+}
+
+// deleteQemu destroys a stopped VM; its task ends when the VM object is
+// gone, so that clients polling status/current afterwards see it missing.
+func (h *APIHandler) deleteQemu(q *request) (any, *apiError) {
+	g, e := h.guest(q)
+	if e != nil {
+		return nil, e
+	}
+	for _, b := range []string{"purge", "destroy-unreferenced-disks", "skiplock"} {
+		if _, e := q.p.boolean(b, false); e != nil {
+			return nil, e
+		}
+	}
+	if running(g) {
+		return nil, newError(http.StatusInternalServerError, "VM %d is running - destroy failed", g.VMID)
+	}
+	cfg := translate.StoredConfig(g.VM)
+	if p := cfg["protection"]; p == "1" {
+		return nil, newError(http.StatusInternalServerError, "can't remove VM %d - protection mode enabled", g.VMID)
+	}
+	c := q.c
+	line := fmt.Sprintf("destroying VM %d (%s/%s)", g.VMID, g.Namespace(), g.Name())
+	return h.begin(q, g, translate.TaskDestroy, kube.GoalGone, 5*time.Minute, line, func(ctx context.Context) error { return c.DeleteVM(ctx, g) })
+}

@@ -1,0 +1,181 @@
+package caddymodule
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
+)
+
+// request is one API call being served.
+type request struct {
+	r  *http.Request
+	w  http.ResponseWriter
+	p  params
+	id identity
+	h  *APIHandler
+	c  *kube.Cluster
+}
+
+func (q *request) ctx() context.Context { return q.r.Context() }
+
+// result is an endpoint's answer: data plus optional top-level keys.
+type result struct {
+	data  any
+	extra map[string]any
+}
+
+// endpoint serves one method+path. It returns the data to wrap in the
+// envelope, or an error to answer PVE-style.
+type endpoint func(q *request) (any, *apiError)
+
+// errWritten tells the router that the endpoint answered by itself.
+var errWritten = &apiError{}
+
+// public marks endpoints that need no authentication.
+const public = true
+
+// handle registers an endpoint under /api2/json.
+func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noAuth ...bool) {
+	method, path, _ := strings.Cut(pattern, " ")
+	if path == "/" {
+		path = "" // paths arrive cleaned: the root is "/api2/json" exactly
+	}
+	open := len(noAuth) > 0 && noAuth[0]
+	mux.HandleFunc(method+" /api2/json"+path, func(w http.ResponseWriter, r *http.Request) {
+		p, perr := parseParams(r)
+		if perr != nil {
+			writeError(w, r, perr)
+			return
+		}
+		q := &request{r: r, w: w, p: p, h: h, c: h.cluster}
+		if !open {
+			id, aerr := h.auth.authenticate(r)
+			if aerr != nil {
+				h.failAuth(w, r, aerr)
+				return
+			}
+			q.id = id
+		}
+		data, e := ep(q)
+		if e == errWritten {
+			return
+		}
+		if e != nil {
+			writeError(w, r, e)
+			return
+		}
+		if res, ok := data.(result); ok {
+			writeData(w, res.data, res.extra)
+			return
+		}
+		writeData(w, data, nil)
+	})
+}
+
+// failAuth answers a 401 after pveproxy's delay, which slows password and
+// token guessing; the delay ends early if the client goes away.
+func (h *APIHandler) failAuth(w http.ResponseWriter, r *http.Request, e *apiError) {
+	h.logger.Info("authentication failed", zap.String("remote", r.RemoteAddr), zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("reason", e.Message))
+	if h.delay > 0 {
+		t := time.NewTimer(h.delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	writeError(w, r, e)
+}
+
+// notImplemented answers paths the server lacks like pveproxy does, and
+// records them: the log and the counter are how gaps get found.
+func (h *APIHandler) notImplemented(w http.ResponseWriter, r *http.Request) {
+	rel := strings.TrimPrefix(r.URL.Path, "/api2/json")
+	if rel == "" {
+		rel = "/"
+	}
+	tmpl := pathTemplate(rel)
+	h.metrics.unimplemented.WithLabelValues(r.Method, tmpl).Inc()
+	h.logger.Warn("proxmox API gap: method not implemented", zap.String("method", r.Method), zap.String("path", rel), zap.String("template", tmpl))
+	writeError(w, r, newError(http.StatusNotImplemented, "Method '%s %s' not implemented", r.Method, rel))
+}
+
+// routes is the API's whole surface; every path PVE clients use and this
+// server answers is listed here.
+func (h *APIHandler) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api2/json/", h.notImplemented)
+	mux.HandleFunc("/api2/json", h.notImplemented)
+
+	h.handle(mux, "GET /", h.getRoot)
+	h.handle(mux, "GET /version", h.getVersion)
+
+	// access
+	h.handle(mux, "GET /access", h.getAccessIndex)
+	h.handle(mux, "GET /access/ticket", h.getTicket, public)
+	h.handle(mux, "POST /access/ticket", h.postTicket, public)
+	h.handle(mux, "GET /access/domains", h.getDomains, public)
+	h.handle(mux, "GET /access/users", h.getUsers)
+	h.handle(mux, "GET /access/users/{userid}", h.getUser)
+	h.handle(mux, "GET /access/groups", h.getGroups)
+	h.handle(mux, "GET /access/roles", h.getRoles)
+	h.handle(mux, "GET /access/roles/{roleid}", h.getRole)
+	h.handle(mux, "GET /access/acl", h.getACL)
+	h.handle(mux, "GET /access/permissions", h.getPermissions)
+
+	// cluster
+	h.handle(mux, "GET /cluster", h.getClusterIndex)
+	h.handle(mux, "GET /cluster/resources", h.getClusterResources)
+	h.handle(mux, "GET /cluster/status", h.getClusterStatus)
+	h.handle(mux, "GET /cluster/nextid", h.getNextID)
+	h.handle(mux, "GET /cluster/tasks", h.getClusterTasks)
+	h.handle(mux, "GET /cluster/ha", h.getHAIndex)
+	h.handle(mux, "GET /cluster/ha/groups", h.emptyList)
+	h.handle(mux, "GET /cluster/ha/resources", h.emptyList)
+	h.handle(mux, "GET /cluster/ha/resources/{sid}", h.getHAResource)
+	h.handle(mux, "GET /cluster/ha/status/current", h.emptyList)
+
+	// pools and storage
+	h.handle(mux, "GET /pools", h.getPools)
+	h.handle(mux, "GET /pools/{poolid}", h.getPool)
+	h.handle(mux, "GET /storage", h.getStorageConfig)
+	h.handle(mux, "GET /storage/{storage}", h.getStorageConfigOne)
+
+	// nodes
+	h.handle(mux, "GET /nodes", h.getNodes)
+	h.handle(mux, "GET /nodes/{node}", h.getNodeIndex)
+	h.handle(mux, "GET /nodes/{node}/status", h.getNodeStatus)
+	h.handle(mux, "GET /nodes/{node}/version", h.getNodeVersion)
+	h.handle(mux, "GET /nodes/{node}/time", h.getNodeTime)
+	h.handle(mux, "GET /nodes/{node}/dns", h.getNodeDNS)
+	h.handle(mux, "GET /nodes/{node}/hosts", h.getNodeHosts)
+	h.handle(mux, "GET /nodes/{node}/network", h.getNodeNetwork)
+	h.handle(mux, "GET /nodes/{node}/storage", h.getNodeStorage)
+	h.handle(mux, "GET /nodes/{node}/storage/{storage}/status", h.getNodeStorageStatus)
+	h.handle(mux, "GET /nodes/{node}/lxc", h.getNodeLXC)
+	h.handle(mux, "GET /nodes/{node}/tasks", h.getNodeTasks)
+	h.handle(mux, "GET /nodes/{node}/tasks/{upid}", h.getTaskIndex)
+	h.handle(mux, "GET /nodes/{node}/tasks/{upid}/status", h.getTaskStatus)
+	h.handle(mux, "GET /nodes/{node}/tasks/{upid}/log", h.getTaskLog)
+
+	// qemu
+	h.handle(mux, "GET /nodes/{node}/qemu", h.getQemuList)
+	h.handle(mux, "POST /nodes/{node}/qemu", h.postQemu)
+	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}", h.getQemuIndex)
+	h.handle(mux, "DELETE /nodes/{node}/qemu/{vmid}", h.deleteQemu)
+	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/config", h.getQemuConfig)
+	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/pending", h.getQemuPending)
+	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/status", h.getQemuStatusIndex)
+	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/status/current", h.getQemuStatusCurrent)
+	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/status/{action}", h.postQemuStatus)
+	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/agent", h.getAgentIndex)
+	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/agent/{command}", h.getAgent)
+	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/agent/{command}", h.getAgent)
+	return mux
+}

@@ -1,0 +1,227 @@
+package caddymodule
+
+import (
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// vmStatusRow is qemu-server's vmstatus(): the rows of /nodes/{n}/qemu and
+// the base of status/current. Optional keys are omitted, never null:
+// go-proxmox reads any "template" value as true, and Telmate treats a
+// present "lock" as locked.
+type vmStatusRow struct {
+	VMID      int     `json:"vmid"`
+	Name      string  `json:"name"`
+	Status    string  `json:"status"`
+	CPUs      int     `json:"cpus"`
+	MaxMem    int64   `json:"maxmem"`
+	MaxDisk   int64   `json:"maxdisk"`
+	Disk      int64   `json:"disk"`
+	Uptime    int64   `json:"uptime"`
+	CPU       float64 `json:"cpu"`
+	Mem       int64   `json:"mem"`
+	NetIn     int64   `json:"netin"`
+	NetOut    int64   `json:"netout"`
+	DiskRead  int64   `json:"diskread"`
+	DiskWrite int64   `json:"diskwrite"`
+	PID       int     `json:"pid,omitempty"`
+	Template  int     `json:"template,omitempty"`
+	Lock      string  `json:"lock,omitempty"`
+	Tags      string  `json:"tags,omitempty"`
+	QMPStatus string  `json:"qmpstatus,omitempty"`
+}
+
+// vmCurrentRow is status/current: vmstatus plus the full-status keys.
+type vmCurrentRow struct {
+	vmStatusRow
+	HA             map[string]int `json:"ha"`
+	Agent          int            `json:"agent,omitempty"`
+	RunningMachine string         `json:"running-machine,omitempty"`
+	RunningQEMU    string         `json:"running-qemu,omitempty"`
+	Balloon        int64          `json:"balloon,omitempty"`
+	FreeMem        int64          `json:"freemem,omitempty"`
+}
+
+// resourceRow is a /cluster/resources row of type qemu or node. Numbers
+// are numbers and template is always present (Telmate casts to float64).
+type resourceRow struct {
+	ID        string  `json:"id"`
+	Type      string  `json:"type"`
+	Node      string  `json:"node"`
+	Status    string  `json:"status"`
+	Name      string  `json:"name,omitempty"`
+	VMID      int     `json:"vmid,omitempty"`
+	Uptime    int64   `json:"uptime"`
+	CPU       float64 `json:"cpu"`
+	MaxCPU    int     `json:"maxcpu"`
+	Mem       int64   `json:"mem"`
+	MaxMem    int64   `json:"maxmem"`
+	Disk      int64   `json:"disk"`
+	MaxDisk   int64   `json:"maxdisk"`
+	NetIn     *int64  `json:"netin,omitempty"`
+	NetOut    *int64  `json:"netout,omitempty"`
+	DiskRead  *int64  `json:"diskread,omitempty"`
+	DiskWrite *int64  `json:"diskwrite,omitempty"`
+	Template  *int    `json:"template,omitempty"`
+	Pool      string  `json:"pool,omitempty"`
+	Lock      string  `json:"lock,omitempty"`
+	Tags      string  `json:"tags,omitempty"`
+	Level     *string `json:"level,omitempty"`
+	HAState   string  `json:"hastate,omitempty"`
+}
+
+var zero64 int64
+
+// guestFacts are the values every VM row is built from.
+type guestFacts struct {
+	state   translate.GuestState
+	cfg     map[string]string
+	cpus    int
+	maxmem  int64
+	maxdisk int64
+	uptime  int64
+	pid     int
+	tmpl    int
+}
+
+func factsOf(g kube.Guest, now time.Time) guestFacts {
+	f := guestFacts{cfg: translate.StoredConfig(g.VM)}
+	if g.VMI != nil {
+		paused := false
+		for _, c := range g.VMI.Status.Conditions {
+			if c.Type == kubevirtv1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
+				paused = true
+			}
+		}
+		f.state = translate.VMState(g.VM.Status.PrintableStatus, g.VMI.Status.Phase, true, paused)
+	} else {
+		f.state = translate.VMState(g.VM.Status.PrintableStatus, "", false, false)
+	}
+	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" {
+		f.state.Lock = l
+	}
+	sockets, cores := translate.CPUTopology(g.VM)
+	f.cpus = sockets * cores
+	f.maxmem = translate.MemoryBytes(g.VM)
+	f.maxdisk = maxDisk(g)
+	if f.state.Status == "running" {
+		f.uptime = translate.Uptime(g.VMI, now)
+		if g.VMI != nil {
+			f.pid = translate.PID(g.VMI)
+		}
+	}
+	if g.Template() {
+		f.tmpl = 1
+	}
+	return f
+}
+
+// maxDisk is the size of the first disk with a known size (PVE reports its
+// boot disk).
+func maxDisk(g kube.Guest) int64 {
+	for _, dv := range g.VM.Spec.DataVolumeTemplates {
+		if dv.Spec.Storage != nil {
+			if q, ok := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; ok {
+				return q.Value()
+			}
+		}
+		if dv.Spec.PVC != nil {
+			if q, ok := dv.Spec.PVC.Resources.Requests[corev1.ResourceStorage]; ok {
+				return q.Value()
+			}
+		}
+	}
+	return 0
+}
+
+func vmStatus(g kube.Guest, f guestFacts) vmStatusRow {
+	return vmStatusRow{
+		VMID: g.VMID, Name: g.PVEName(), Status: f.state.Status, CPUs: f.cpus,
+		MaxMem: f.maxmem, MaxDisk: f.maxdisk, Uptime: f.uptime, PID: f.pid,
+		Template: f.tmpl, Lock: f.state.Lock, Tags: f.cfg["tags"],
+	}
+}
+
+func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
+	row := vmCurrentRow{vmStatusRow: vmStatus(g, f), HA: map[string]int{"managed": 0}}
+	row.QMPStatus = f.state.QMPStatus
+	if translate.AgentEnabled(f.cfg["agent"]) {
+		row.Agent = 1
+	}
+	if f.state.Status == "running" {
+		row.RunningMachine = "pc-q35-9.0+pve0"
+		if g.VMI != nil && g.VMI.Spec.Domain.Machine != nil && g.VMI.Spec.Domain.Machine.Type != "" {
+			row.RunningMachine = g.VMI.Spec.Domain.Machine.Type
+		}
+		row.RunningQEMU = "9.0.2"
+	}
+	return row
+}
+
+func vmResource(g kube.Guest, f guestFacts) resourceRow {
+	tmpl := f.tmpl
+	return resourceRow{
+		ID: "qemu/" + strconv.Itoa(g.VMID), Type: "qemu", Node: g.Node, Status: f.state.Status,
+		Name: g.PVEName(), VMID: g.VMID, Uptime: f.uptime, MaxCPU: f.cpus, MaxMem: f.maxmem,
+		MaxDisk: f.maxdisk, NetIn: &zero64, NetOut: &zero64, DiskRead: &zero64, DiskWrite: &zero64,
+		Template: &tmpl, Pool: g.Namespace(), Lock: f.state.Lock, Tags: f.cfg["tags"],
+	}
+}
+
+// nodeRow is a /nodes row; /cluster/resources uses the same values.
+type nodeRow struct {
+	ID             string  `json:"id"`
+	Node           string  `json:"node"`
+	Type           string  `json:"type"`
+	Status         string  `json:"status"`
+	Uptime         int64   `json:"uptime"`
+	CPU            float64 `json:"cpu"`
+	MaxCPU         int64   `json:"maxcpu"`
+	Mem            int64   `json:"mem"`
+	MaxMem         int64   `json:"maxmem"`
+	Disk           int64   `json:"disk"`
+	MaxDisk        int64   `json:"maxdisk"`
+	Level          string  `json:"level"`
+	SSLFingerprint string  `json:"ssl_fingerprint,omitempty"`
+}
+
+func nodeFacts(n kube.Node, now time.Time) nodeRow {
+	row := nodeRow{ID: "node/" + n.Name, Node: n.Name, Type: "node", Status: translate.NodeStatus(n.Ready)}
+	if n.Obj == nil {
+		return row
+	}
+	capacity := n.Obj.Status.Capacity
+	row.MaxCPU = quantity(capacity, corev1.ResourceCPU)
+	row.MaxMem = quantity(capacity, corev1.ResourceMemory)
+	row.MaxDisk = quantity(capacity, corev1.ResourceEphemeralStorage)
+	if n.Ready {
+		for _, c := range n.Obj.Status.Conditions {
+			if c.Type == corev1.NodeReady && !c.LastTransitionTime.IsZero() {
+				row.Uptime = int64(now.Sub(c.LastTransitionTime.Time) / time.Second)
+			}
+		}
+	}
+	return row
+}
+
+func quantity(l corev1.ResourceList, name corev1.ResourceName) int64 {
+	q, ok := l[name]
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+func nodeResource(n nodeRow) resourceRow {
+	level := n.Level
+	return resourceRow{
+		ID: n.ID, Type: "node", Node: n.Node, Status: n.Status, Uptime: n.Uptime, CPU: n.CPU,
+		MaxCPU: int(n.MaxCPU), Mem: n.Mem, MaxMem: n.MaxMem, Disk: n.Disk, MaxDisk: n.MaxDisk, Level: &level,
+	}
+}

@@ -1,0 +1,49 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+
+	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule"
+)
+
+const (
+	testToken  = "root@pam!ci"
+	testSecret = "0d7c3c1e-8c1b-4c33-9d2a-3f1f5e6a7b8c"
+)
+
+var (
+	sharedOnce sync.Once
+	sharedAPI  *testcaddy.PVE
+)
+
+// shared starts one simulated server for the package: Caddy is a process
+// singleton, and the simulated cluster is shared through the usage pool.
+func shared(t *testing.T) *testcaddy.PVE {
+	sharedOnce.Do(func() {
+		port := testcaddy.FreePort(t)
+		testcaddy.Load(t, testcaddy.Globals(os.TempDir()+"/caddy-proxmox-test")+fmt.Sprintf(`
+https://localhost:%d {
+	tls internal
+	proxmox_api {
+		simulate
+		token %s %s
+		user alice@pve s3cret
+		auth_failure_delay 0s
+	}
+	respond "not the API" 418
+}
+`, port, testToken, testSecret))
+		base := fmt.Sprintf("https://localhost:%d", port)
+		testcaddy.WaitReady(t, base+"/")
+		sharedAPI = &testcaddy.PVE{Base: base, C: testcaddy.Client()}
+	})
+	a := *sharedAPI
+	a.T = t
+	a.Auth = testcaddy.TokenAuth(testToken, testSecret)
+	return &a
+}

@@ -1,0 +1,85 @@
+// Package integration runs caddy-proxmox inside a real Caddy against a real
+// kube-apiserver and etcd (with the KubeVirt CRDs, RBAC on, the stand-in
+// controller and virt-api), and drives it with real Proxmox clients.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"kubevirt.io/client-go/kubevirt"
+
+	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule"
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
+	"github.com/caddy-proxmox/caddy-proxmox/testenv"
+)
+
+const (
+	tokenID     = "root@pam!ci"
+	tokenSecret = "4a6d2f0e-71c5-4f8e-9b3a-2d1c0e9f8a7b"
+	userID      = "alice@pve"
+	userPass    = "correct-horse"
+)
+
+var (
+	env *testenv.Env
+	// base is the API with virt-api present; fallbackBase the same cluster
+	// reached through a proxy without virt-api.
+	base, fallbackBase string
+	caddyDir           string
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{
+		Seed: true,
+		Controller: func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error {
+			return kubevirtsim.NewController(kv, kube, kubevirtsim.Options{StartDelay: 300 * time.Millisecond, StopDelay: 200 * time.Millisecond}).Run(ctx)
+		},
+		NewSubresources: func(e *testenv.Env) http.Handler {
+			return kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, kubevirtsim.SelfSubjectAccessAuthorizer(e.DirectConfig))
+		},
+	}, func(e *testenv.Env) int {
+		env = e
+		noVirtAPI, err := e.NewProxy(nil, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fallback proxy:", err)
+			return 1
+		}
+		caddyDir, _ = os.MkdirTemp("", "caddy-proxmox-it-")
+		defer os.RemoveAll(caddyDir)
+		port, _ := testcaddy.Port()
+		port2, _ := testcaddy.Port()
+		base = fmt.Sprintf("https://localhost:%d", port)
+		fallbackBase = fmt.Sprintf("https://localhost:%d", port2)
+		cfg := testcaddy.Globals(caddyDir) + fmt.Sprintf(`
+https://localhost:%d {
+	tls internal
+	proxmox_api {
+		kubeconfig %s
+		token %s %s
+		user %s %s
+		auth_failure_delay 0s
+	}
+}
+https://localhost:%d {
+	tls internal
+	proxmox_api {
+		kubeconfig %s
+		token %s %s
+		auth_failure_delay 0s
+	}
+}
+`, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret)
+		if err := loadCaddy(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	})
+}

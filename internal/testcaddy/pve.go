@@ -1,0 +1,122 @@
+package testcaddy
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// PVE is a small Proxmox API client for tests. It keeps the raw status
+// line, so that reason phrases can be asserted, and decodes the envelope.
+type PVE struct {
+	T    testing.TB
+	Base string
+	C    *http.Client
+	// Auth adds credentials to each request.
+	Auth func(r *http.Request)
+}
+
+// Answer is a decoded API answer.
+type Answer struct {
+	Code    int
+	Status  string
+	Data    json.RawMessage
+	Message string
+	Errors  map[string]string
+	Total   *int
+	Raw     []byte
+}
+
+// Do sends a request; GET and DELETE put form in the query.
+func (a *PVE) Do(method, path string, form url.Values) Answer {
+	a.T.Helper()
+	var body io.Reader
+	target := a.Base + "/api2/json" + path
+	if method == "GET" || method == "DELETE" {
+		if len(form) > 0 {
+			target += "?" + form.Encode()
+		}
+	} else if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, target, body)
+	if err != nil {
+		a.T.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if a.Auth != nil {
+		a.Auth(req)
+	}
+	res, err := a.C.Do(req)
+	if err != nil {
+		a.T.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var env struct {
+		Data    json.RawMessage   `json:"data"`
+		Message string            `json:"message"`
+		Errors  map[string]string `json:"errors"`
+		Total   *int              `json:"total"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		a.T.Fatalf("%s %s: body is not JSON: %q", method, path, raw)
+	}
+	return Answer{Code: res.StatusCode, Status: res.Status, Data: env.Data, Message: env.Message, Errors: env.Errors, Total: env.Total, Raw: raw}
+}
+
+// OK sends a request that must succeed and decodes data into into.
+func (a *PVE) OK(method, path string, form url.Values, into any) {
+	a.T.Helper()
+	ans := a.Do(method, path, form)
+	if ans.Code != 200 {
+		a.T.Fatalf("%s %s: %s %s", method, path, ans.Status, ans.Raw)
+	}
+	if into != nil {
+		if err := json.Unmarshal(ans.Data, into); err != nil {
+			a.T.Fatalf("%s %s: decoding %s: %v", method, path, ans.Data, err)
+		}
+	}
+}
+
+// WaitTask polls a task like bpg and proxmoxer do and returns its exit status.
+func (a *PVE) WaitTask(upid string) string {
+	a.T.Helper()
+	parts := strings.Split(upid, ":")
+	if len(parts) != 9 {
+		a.T.Fatalf("UPID %q has %d fields, want 9", upid, len(parts))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		var st map[string]any
+		a.OK("GET", "/nodes/"+parts[1]+"/tasks/"+upid+"/status", nil, &st)
+		if st["status"] == "stopped" {
+			return st["exitstatus"].(string)
+		}
+		if _, has := st["exitstatus"]; has {
+			a.T.Fatalf("running task carries exitstatus: %v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	a.T.Fatalf("task %s did not end", upid)
+	return ""
+}
+
+// Status returns status/current of a VM.
+func (a *PVE) Status(node, vmid string) map[string]any {
+	a.T.Helper()
+	var st map[string]any
+	a.OK("GET", "/nodes/"+node+"/qemu/"+vmid+"/status/current", nil, &st)
+	return st
+}
+
+// TokenAuth authenticates with a PVE API token.
+func TokenAuth(id, secret string) func(*http.Request) {
+	return func(r *http.Request) { r.Header.Set("Authorization", "PVEAPIToken="+id+"="+secret) }
+}

@@ -1,0 +1,269 @@
+// Package kube is the plugin's access to one Kubernetes cluster running
+// KubeVirt: informer caches for every read, typed clients for writes, and
+// the lifecycle subresources (with a fallback when virt-api is absent).
+// Nothing in this package knows about HTTP or Proxmox wire formats.
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubevirt"
+)
+
+// Options configures a Cluster.
+type Options struct {
+	// Namespaces limits what is served; empty means all namespaces.
+	Namespaces []string
+	// TaskNamespace holds the task records (ConfigMaps), so that any replica
+	// can answer for a task and tasks survive restarts.
+	TaskNamespace string
+	// Resync is the informers' resync period; 0 disables resyncs.
+	Resync time.Duration
+	// SyncTimeout bounds the initial cache sync in Start.
+	SyncTimeout time.Duration
+	Logger      *zap.Logger
+}
+
+// Cluster is a cached, read-mostly view of a KubeVirt cluster.
+type Cluster struct {
+	Kube     kubernetes.Interface
+	KubeVirt kubevirt.Interface
+	// RESTConfig is nil for in-memory (simulated) clusters.
+	RESTConfig *rest.Config
+
+	opts   Options
+	logger *zap.Logger
+
+	vms, vmis, nodes, storageClasses, namespaces, tasks *store
+
+	vmidGen, nodeGen atomic.Uint64
+	mu               sync.Mutex
+	vmidTab          *vmidTable
+	vmidTabGen       uint64
+	nodeTab          *nodeTable
+	nodeTabGen       uint64
+
+	power  *power
+	cancel context.CancelFunc
+	done   chan struct{}
+	Tasks  *Tasks
+}
+
+// New builds a Cluster; call Start before use.
+func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opts Options) *Cluster {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.TaskNamespace == "" {
+		opts.TaskNamespace = "default"
+		if len(opts.Namespaces) > 0 {
+			opts.TaskNamespace = opts.Namespaces[0]
+		}
+	}
+	if opts.SyncTimeout == 0 {
+		opts.SyncTimeout = 60 * time.Second
+	}
+	c := &Cluster{Kube: kube, KubeVirt: kv, RESTConfig: cfg, opts: opts, logger: opts.Logger}
+	c.power = newPower(c)
+	c.Tasks = newTasks(c)
+	return c
+}
+
+// Start runs the informers and waits for the first sync.
+func (c *Cluster) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	ns := c.opts.Namespaces
+	bumpVMID := func() { c.vmidGen.Add(1); c.Tasks.poke() }
+	bumpNode := func() { c.nodeGen.Add(1) }
+
+	c.vms = newStore(runCtx, c.Kube, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			return c.KubeVirt.KubevirtV1().VirtualMachines(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			return c.KubeVirt.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, nil, stripVM, bumpVMID)
+	c.vmis = newStore(runCtx, c.Kube, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			return c.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			return c.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, nil, stripVMI, c.Tasks.poke)
+	c.nodes = newStore(runCtx, c.Kube, nil, &corev1.Node{}, listWatchFuncs{
+		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
+			return c.Kube.CoreV1().Nodes().List(ctx, o)
+		},
+		watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Kube.CoreV1().Nodes().Watch(ctx, o)
+		},
+	}, c.opts.Resync, nil, stripNode, bumpNode)
+	c.storageClasses = newStore(runCtx, c.Kube, nil, &storagev1.StorageClass{}, listWatchFuncs{
+		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
+			return c.Kube.StorageV1().StorageClasses().List(ctx, o)
+		},
+		watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Kube.StorageV1().StorageClasses().Watch(ctx, o)
+		},
+	}, c.opts.Resync, nil, stripMeta, nil)
+	if len(ns) == 0 {
+		c.namespaces = newStore(runCtx, c.Kube, nil, &corev1.Namespace{}, listWatchFuncs{
+			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
+				return c.Kube.CoreV1().Namespaces().List(ctx, o)
+			},
+			watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
+				return c.Kube.CoreV1().Namespaces().Watch(ctx, o)
+			},
+		}, c.opts.Resync, nil, stripMeta, nil)
+	}
+	c.tasks = newStore(runCtx, c.Kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = taskLabel + "=true"
+			return c.Kube.CoreV1().ConfigMaps(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = taskLabel + "=true"
+			return c.Kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc}, stripMeta, nil)
+
+	stores := c.allStores()
+	for _, s := range stores {
+		s.run(runCtx)
+	}
+	syncCtx, cancelSync := context.WithTimeout(ctx, c.opts.SyncTimeout)
+	defer cancelSync()
+	for _, s := range stores {
+		for _, inf := range s.byNS {
+			if !cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced) {
+				cancel()
+				return fmt.Errorf("waiting for the cluster caches to sync: %w", errors.Join(syncCtx.Err(), errors.New("informers did not sync (check the kubeconfig and RBAC)")))
+			}
+		}
+	}
+	c.power.detect(ctx)
+	go func() {
+		defer close(c.done)
+		c.Tasks.run(runCtx)
+	}()
+	return nil
+}
+
+// Stop ends the informers and task workers.
+func (c *Cluster) Stop() {
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+}
+
+// Synced tells whether every cache is in sync with the apiserver.
+func (c *Cluster) Synced() bool {
+	for _, s := range c.allStores() {
+		if !s.hasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Cluster) allStores() []*store {
+	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks}
+	if c.namespaces != nil {
+		out = append(out, c.namespaces)
+	}
+	return out
+}
+
+// Logger returns the cluster's logger.
+func (c *Cluster) Logger() *zap.Logger { return c.logger }
+
+// TaskNamespace is where task records are kept.
+func (c *Cluster) TaskNamespace() string { return c.opts.TaskNamespace }
+
+// Namespaces lists the namespaces served (the PVE pools).
+func (c *Cluster) Namespaces() []string {
+	if len(c.opts.Namespaces) > 0 {
+		return append([]string(nil), c.opts.Namespaces...)
+	}
+	var out []string
+	for _, o := range c.namespaces.list() {
+		n := o.(*corev1.Namespace)
+		if n.Status.Phase == corev1.NamespaceTerminating {
+			continue
+		}
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// Serves tells whether namespace ns is served.
+func (c *Cluster) Serves(ns string) bool {
+	if len(c.opts.Namespaces) == 0 {
+		return c.namespaces.get("", ns) != nil
+	}
+	for _, n := range c.opts.Namespaces {
+		if n == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// StorageClasses lists the cached StorageClasses.
+func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
+	var out []*storagev1.StorageClass
+	for _, o := range c.storageClasses.list() {
+		out = append(out, o.(*storagev1.StorageClass))
+	}
+	return out
+}
+
+func stripVM(obj any) (any, error) {
+	return stripMeta(obj)
+}
+
+func stripVMI(obj any) (any, error) {
+	if vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance); ok {
+		// The API reads only domain sizing and status; volumes and the rest of
+		// the domain are dead weight in the cache.
+		vmi.Spec.Volumes = nil
+		vmi.Spec.Affinity = nil
+		vmi.Spec.Tolerations = nil
+		vmi.Status.VolumeStatus = nil
+		vmi.Status.KernelBootStatus = nil
+		vmi.Status.MigrationState = nil
+	}
+	return stripMeta(obj)
+}
+
+func stripNode(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status.Images = nil
+		n.Status.VolumesAttached = nil
+		n.Status.VolumesInUse = nil
+	}
+	return stripMeta(obj)
+}
+
+// StorageClassExists tells whether a StorageClass (a PVE storage) exists.
+func (c *Cluster) StorageClassExists(name string) bool { return c.storageClasses.get("", name) != nil }

@@ -1,0 +1,89 @@
+package kube
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// Guest is one VirtualMachine as the Proxmox API sees it. VM and VMI point
+// into the informer caches: read them, never modify them.
+type Guest struct {
+	VMID int
+	Node string
+	VM   *kubevirtv1.VirtualMachine
+	VMI  *kubevirtv1.VirtualMachineInstance // nil when no instance exists
+}
+
+// Namespace is the VM's namespace (its PVE pool).
+func (g Guest) Namespace() string { return g.VM.Namespace }
+
+// Name is the VM's Kubernetes name.
+func (g Guest) Name() string { return g.VM.Name }
+
+// PVEName is the name shown to Proxmox clients: the stored PVE name, else
+// the Kubernetes name.
+func (g Guest) PVEName() string {
+	if n := g.VM.Annotations[translate.AnnotationName]; n != "" {
+		return n
+	}
+	return g.VM.Name
+}
+
+// Template tells whether the VM is a PVE template.
+func (g Guest) Template() bool { return g.VM.Labels[translate.LabelTemplate] == "true" }
+
+// Guests lists every served VM with its vmid, in vmid order.
+func (c *Cluster) Guests() []Guest {
+	t := c.table()
+	nt := c.nodeTable()
+	objs := c.vms.list()
+	out := make([]Guest, 0, len(objs))
+	for _, o := range objs {
+		vm := o.(*kubevirtv1.VirtualMachine)
+		id, ok := t.byKey[vm.Namespace+"/"+vm.Name]
+		if !ok {
+			continue // added after the table was built; shows on the next call
+		}
+		out = append(out, c.guest(id, vm, nt))
+	}
+	sortGuests(out)
+	return out
+}
+
+// Guest resolves a vmid. It returns ErrNotFound or an *AmbiguousError.
+func (c *Cluster) Guest(vmid int) (Guest, error) {
+	key, err := c.table().resolve(vmid)
+	if err != nil {
+		return Guest{}, err
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	o := c.vms.get(ns, name)
+	if o == nil {
+		return Guest{}, ErrNotFound
+	}
+	return c.guest(vmid, o.(*kubevirtv1.VirtualMachine), c.nodeTable()), nil
+}
+
+func (c *Cluster) guest(id int, vm *kubevirtv1.VirtualMachine, nt *nodeTable) Guest {
+	g := Guest{VMID: id, VM: vm}
+	if o := c.vmis.get(vm.Namespace, vm.Name); o != nil {
+		g.VMI = o.(*kubevirtv1.VirtualMachineInstance)
+	}
+	g.Node = vm.Annotations[translate.AnnotationNode]
+	if g.Node == "" {
+		g.Node = homeNode(nt, string(vm.UID))
+	}
+	return g
+}
+
+func sortGuests(gs []Guest) {
+	slices.SortFunc(gs, func(a, b Guest) int { return cmp.Compare(a.VMID, b.VMID) })
+}
+
+// VMNameTaken tells whether a VM named name exists in namespace ns.
+func (c *Cluster) VMNameTaken(ns, name string) bool { return c.vms.get(ns, name) != nil }

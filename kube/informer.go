@@ -1,0 +1,150 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// listWatchFuncs builds a ListWatch for one namespace ("" = all) of a typed
+// client. Each kind gets one, because the KubeVirt clientset ships no
+// informer factory of its own.
+type listWatchFuncs struct {
+	list  func(ctx context.Context, ns string, opts metav1.ListOptions) (runtime.Object, error)
+	watch func(ctx context.Context, ns string, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// store is a read view over one or more namespaced informers of a kind, so
+// that serving a list of namespaces needs no cluster-wide list/watch rights.
+type store struct {
+	byNS     map[string]cache.SharedIndexInformer // "" key = all namespaces
+	onChange func()
+}
+
+func newStore(ctx context.Context, semantics any, namespaces []string, obj runtime.Object, lw listWatchFuncs, resync time.Duration, indexers cache.Indexers, transform cache.TransformFunc, onChange func()) *store {
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	s := &store{byNS: map[string]cache.SharedIndexInformer{}, onChange: onChange}
+	for _, ns := range namespaces {
+		ns := ns
+		src := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return lw.list(ctx, ns, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return lw.watch(ctx, ns, o)
+			},
+		}
+		// semantics is the Kubernetes clientset: in-memory fakes cannot serve
+		// watch-list streams, and the KubeVirt fake does not say so itself.
+		inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(src, semantics), obj, resync, cache.Indexers{})
+		if len(indexers) > 0 {
+			_ = inf.AddIndexers(indexers)
+		}
+		if transform != nil {
+			_ = inf.SetTransform(transform)
+		}
+		if onChange != nil {
+			_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(any) { onChange() },
+				UpdateFunc: func(any, any) { onChange() },
+				DeleteFunc: func(any) { onChange() },
+			})
+		}
+		s.byNS[ns] = inf
+	}
+	return s
+}
+
+func (s *store) run(ctx context.Context) {
+	for _, inf := range s.byNS {
+		go inf.RunWithContext(ctx)
+	}
+}
+
+func (s *store) hasSynced() bool {
+	for _, inf := range s.byNS {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *store) informerFor(ns string) cache.SharedIndexInformer {
+	if inf, ok := s.byNS[metav1.NamespaceAll]; ok {
+		return inf
+	}
+	return s.byNS[ns]
+}
+
+// get returns the cached object ns/name, or nil.
+func (s *store) get(ns, name string) any {
+	inf := s.informerFor(ns)
+	if inf == nil {
+		return nil
+	}
+	key := name
+	if ns != "" {
+		key = ns + "/" + name
+	}
+	obj, ok, err := inf.GetStore().GetByKey(key)
+	if err != nil || !ok {
+		return nil
+	}
+	return obj
+}
+
+// list returns every cached object, ordered by namespace/name so that
+// answers are stable between calls.
+func (s *store) list() []any {
+	var out []any
+	for _, inf := range s.byNS {
+		out = append(out, inf.GetStore().List()...)
+	}
+	sort.Slice(out, func(i, j int) bool { return objKey(out[i]) < objKey(out[j]) })
+	return out
+}
+
+// byIndex merges an index lookup over every informer.
+func (s *store) byIndex(index, value string) []any {
+	var out []any
+	for _, inf := range s.byNS {
+		items, err := inf.GetIndexer().ByIndex(index, value)
+		if err == nil {
+			out = append(out, items...)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return objKey(out[i]) < objKey(out[j]) })
+	return out
+}
+
+func objKey(o any) string {
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return fmt.Sprint(o)
+	}
+	return m.GetNamespace() + "/" + m.GetName()
+}
+
+// stripMeta drops what the API never reads from cached objects: managed
+// fields and the kubectl last-applied copy are often larger than the spec.
+func stripMeta(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); a != nil {
+			if _, has := a["kubectl.kubernetes.io/last-applied-configuration"]; has {
+				delete(a, "kubectl.kubernetes.io/last-applied-configuration")
+				m.SetAnnotations(a)
+			}
+		}
+	}
+	return obj, nil
+}

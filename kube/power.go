@@ -1,0 +1,159 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// ErrNeedsVirtAPI is returned for actions only virt-api can perform (hard
+// reset, pause, resume) when the cluster does not serve
+// subresources.kubevirt.io.
+var ErrNeedsVirtAPI = errors.New("this action requires KubeVirt's virt-api (subresources.kubevirt.io), which this cluster does not serve")
+
+// SubresourceGroupVersion is the aggregated API of virt-api.
+const SubresourceGroupVersion = "subresources.kubevirt.io/v1"
+
+// power drives VM power state through virt-api's lifecycle subresources,
+// or by editing spec.runStrategy when virt-api is absent (kubevirt.md §6).
+type power struct {
+	c       *Cluster
+	mu      sync.Mutex
+	virtAPI bool
+	checked time.Time
+	forced  *bool
+	recheck time.Duration
+}
+
+func newPower(c *Cluster) *power { return &power{c: c, recheck: time.Minute} }
+
+// detect probes for virt-api; the answer is cached for a minute so that a
+// virt-api that appears or goes away is noticed without a restart.
+func (p *power) detect(ctx context.Context) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.forced != nil {
+		return *p.forced
+	}
+	if !p.checked.IsZero() && time.Since(p.checked) < p.recheck {
+		return p.virtAPI
+	}
+	_, err := p.c.Kube.Discovery().ServerResourcesForGroupVersion(SubresourceGroupVersion)
+	was := p.virtAPI
+	p.virtAPI = err == nil
+	if p.checked.IsZero() || was != p.virtAPI {
+		p.c.logger.Info("kubevirt lifecycle path", zap.Bool("virt_api", p.virtAPI), zap.NamedError("probe", err))
+	}
+	p.checked = time.Now()
+	return p.virtAPI
+}
+
+// SetVirtAPI forces the lifecycle path instead of probing for it.
+func (c *Cluster) SetVirtAPI(on bool) {
+	c.power.mu.Lock()
+	c.power.forced = &on
+	c.power.mu.Unlock()
+}
+
+// HasVirtAPI tells whether lifecycle calls go through virt-api.
+func (c *Cluster) HasVirtAPI(ctx context.Context) bool { return c.power.detect(ctx) }
+
+// StartVM powers a VM on.
+func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
+	if c.power.detect(ctx) {
+		return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
+	}
+	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyRerunOnFailure)
+}
+
+// StopVM powers a VM off. gracePeriod nil means the VM's own grace period
+// (a clean shutdown); 0 pulls the plug. Without virt-api only the graceful
+// stop exists.
+func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error {
+	if c.power.detect(ctx) {
+		return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
+	}
+	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyHalted)
+}
+
+// RestartVM stops and starts the VM, applying pending changes. Without
+// virt-api the instance is deleted and the run strategy brings it back.
+func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
+	if c.power.detect(ctx) {
+		return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
+	}
+	rs, _ := g.VM.RunStrategy()
+	if rs != kubevirtv1.RunStrategyAlways && rs != kubevirtv1.RunStrategyRerunOnFailure {
+		if err := c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyRerunOnFailure); err != nil {
+			return err
+		}
+	}
+	if g.VMI == nil {
+		return nil
+	}
+	uid := g.VMI.UID
+	return c.KubeVirt.KubevirtV1().VirtualMachineInstances(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+}
+
+// ResetVM hard-resets the running instance (same instance, no config change).
+func (c *Cluster) ResetVM(ctx context.Context, g Guest) error {
+	if !c.power.detect(ctx) {
+		return ErrNeedsVirtAPI
+	}
+	return c.KubeVirt.KubevirtV1().VirtualMachineInstances(g.Namespace()).Reset(ctx, g.Name())
+}
+
+// PauseVM freezes the running instance (PVE suspend without todisk).
+func (c *Cluster) PauseVM(ctx context.Context, g Guest) error {
+	if !c.power.detect(ctx) {
+		return ErrNeedsVirtAPI
+	}
+	return c.KubeVirt.KubevirtV1().VirtualMachineInstances(g.Namespace()).Pause(ctx, g.Name(), &kubevirtv1.PauseOptions{})
+}
+
+// UnpauseVM resumes a paused instance.
+func (c *Cluster) UnpauseVM(ctx context.Context, g Guest) error {
+	if !c.power.detect(ctx) {
+		return ErrNeedsVirtAPI
+	}
+	return c.KubeVirt.KubevirtV1().VirtualMachineInstances(g.Namespace()).Unpause(ctx, g.Name(), &kubevirtv1.UnpauseOptions{})
+}
+
+// setRunStrategy replaces spec.runStrategy (and drops the deprecated
+// spec.running) with a JSON patch guarded by the VM's UID, so a VM
+// recreated under the same name is never touched by mistake.
+func (c *Cluster) setRunStrategy(ctx context.Context, g Guest, rs kubevirtv1.VirtualMachineRunStrategy) error {
+	ops := []patchOp{{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)}}
+	if g.VM.Spec.Running != nil {
+		ops = append(ops, patchOp{Op: "remove", Path: "/spec/running"})
+	}
+	ops = append(ops, patchOp{Op: "add", Path: "/spec/runStrategy", Value: string(rs)})
+	return c.patchVM(ctx, g, ops)
+}
+
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+func (c *Cluster) patchVM(ctx context.Context, g Guest, ops []patchOp) error {
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return fmt.Errorf("encoding patch: %w", err)
+	}
+	_, err = c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
+	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+		return fmt.Errorf("VM %s/%s changed while being updated (retry): %w", g.Namespace(), g.Name(), err)
+	}
+	return err
+}

@@ -1,0 +1,460 @@
+package kube
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+const (
+	taskLabel     = "pve.caddy-proxmox.io/task"
+	taskNodeLabel = "pve.caddy-proxmox.io/task-node"
+	taskPrefix    = "pve-task-"
+
+	taskStatusIndex = "status"
+)
+
+// Goal is what a task waits for in the cluster. A task's status is derived
+// from its goal and the cluster state, so any replica can answer for it,
+// and a task outlives the process that started it.
+type Goal string
+
+// Goals a task can wait for.
+const (
+	GoalNone      Goal = ""          // the work was done before the task was recorded
+	GoalRunning   Goal = "running"   // an instance of the VM runs
+	GoalStopped   Goal = "stopped"   // no instance runs
+	GoalGone      Goal = "gone"      // the VM object no longer exists
+	GoalPaused    Goal = "paused"    // the instance is paused
+	GoalResumed   Goal = "resumed"   // the instance runs unpaused
+	GoalRestarted Goal = "restarted" // a new instance (not PrevVMI) runs
+)
+
+// TaskSpec describes a task being started.
+type TaskSpec struct {
+	Node, Type, ID, User string
+	Goal                 Goal
+	Namespace, Name      string
+	UID                  types.UID // the VM the goal is about; guards against a namesake
+	PrevVMI              types.UID
+	Timeout              time.Duration
+	Log                  []string
+	// Err, when set, records a task that failed before waiting on anything.
+	Err error
+}
+
+// Task is a recorded Proxmox task.
+type Task struct {
+	UPID       translate.UPID
+	Status     string // "running" or "stopped"
+	ExitStatus string // only when stopped
+	Log        []string
+	EndTime    time.Time
+
+	goal            Goal
+	namespace, name string
+	uid, prevVMI    types.UID
+	deadline        time.Time
+	cmName          string
+}
+
+// Running tells whether the task has not ended.
+func (t *Task) Running() bool { return t.Status == "running" }
+
+// ErrNoSuchTask is returned for an unknown UPID.
+var ErrNoSuchTask = errors.New("no such task")
+
+// Tasks keeps task records as ConfigMaps in the task namespace.
+type Tasks struct {
+	c      *Cluster
+	mu     sync.Mutex
+	recent map[string]*Task // written here, maybe not yet in the informer
+	pokeCh chan struct{}
+	// Retention is how long ended tasks are kept.
+	Retention time.Duration
+	// Interval is the fallback re-evaluation period (watch events drive the
+	// rest).
+	Interval time.Duration
+}
+
+func newTasks(c *Cluster) *Tasks {
+	return &Tasks{c: c, recent: map[string]*Task{}, pokeCh: make(chan struct{}, 1), Retention: 24 * time.Hour, Interval: time.Second}
+}
+
+func (ts *Tasks) poke() {
+	select {
+	case ts.pokeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Begin records a new task and returns it. The task is visible to every
+// replica once this returns.
+func (ts *Tasks) Begin(ctx context.Context, spec TaskSpec) (*Task, error) {
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, fmt.Errorf("task id: %w", err)
+	}
+	now := time.Now()
+	u := translate.UPID{
+		Node:      spec.Node,
+		PID:       binary.BigEndian.Uint32(rnd[:4]),
+		PStart:    binary.BigEndian.Uint32(rnd[4:]),
+		StartTime: now.Unix(),
+		Type:      spec.Type,
+		ID:        spec.ID,
+		User:      spec.User,
+	}
+	t := &Task{
+		UPID: u, Status: "running", Log: append([]string(nil), spec.Log...),
+		goal: spec.Goal, namespace: spec.Namespace, name: spec.Name, uid: spec.UID, prevVMI: spec.PrevVMI,
+		cmName: taskPrefix + u.Key(),
+	}
+	if spec.Timeout <= 0 {
+		spec.Timeout = 5 * time.Minute
+	}
+	t.deadline = now.Add(spec.Timeout)
+	switch {
+	case spec.Err != nil:
+		t.finish(spec.Err.Error(), now)
+	case spec.Goal == GoalNone:
+		t.finish(translate.ExitOK, now)
+	}
+	cm := t.toConfigMap(ts.c.opts.TaskNamespace)
+	if _, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("recording task %s: %w", u, err)
+	}
+	ts.mu.Lock()
+	ts.recent[u.String()] = t
+	ts.mu.Unlock()
+	ts.poke()
+	return t.copy(), nil
+}
+
+// Get returns the current state of a task by UPID, evaluating its goal
+// against the cluster when it is still running.
+func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
+	u, err := translate.ParseUPID(upid)
+	if err != nil {
+		return nil, ErrNoSuchTask
+	}
+	t := ts.lookup(ctx, u)
+	if t == nil {
+		return nil, ErrNoSuchTask
+	}
+	if t.Running() {
+		if done, exit, lines := ts.evaluate(t, time.Now()); done {
+			t.Log = append(t.Log, lines...)
+			t.finish(exit, time.Now())
+			go ts.persist(context.Background(), t.copy())
+		}
+	}
+	return t, nil
+}
+
+// List returns tasks on node (all nodes when ""), newest first.
+func (ts *Tasks) List(node string) []*Task {
+	seen := map[string]bool{}
+	var out []*Task
+	add := func(t *Task) {
+		if seen[t.cmName] || (node != "" && t.UPID.Node != node) {
+			return
+		}
+		seen[t.cmName] = true
+		out = append(out, t)
+	}
+	for _, o := range ts.c.tasks.list() {
+		if t, err := taskFromConfigMap(o.(*corev1.ConfigMap)); err == nil {
+			add(t)
+		}
+	}
+	ts.mu.Lock()
+	for _, t := range ts.recent {
+		add(t.copy())
+	}
+	ts.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].UPID.StartTime != out[j].UPID.StartTime {
+			return out[i].UPID.StartTime > out[j].UPID.StartTime
+		}
+		return out[i].UPID.String() > out[j].UPID.String()
+	})
+	return out
+}
+
+// running returns the tasks not yet ended, through the status index so that
+// a long history costs nothing per evaluation.
+func (ts *Tasks) running() []*Task {
+	var out []*Task
+	seen := map[string]bool{}
+	ts.mu.Lock()
+	for _, t := range ts.recent {
+		if t.Running() {
+			out = append(out, t.copy())
+			seen[t.cmName] = true
+		}
+	}
+	ts.mu.Unlock()
+	for _, o := range ts.c.tasks.byIndex(taskStatusIndex, "running") {
+		cm := o.(*corev1.ConfigMap)
+		if seen[cm.Name] {
+			continue
+		}
+		if t, err := taskFromConfigMap(cm); err == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (ts *Tasks) lookup(ctx context.Context, u translate.UPID) *Task {
+	name := taskPrefix + u.Key()
+	var best *Task
+	if o := ts.c.tasks.get(ts.c.opts.TaskNamespace, name); o != nil {
+		if t, err := taskFromConfigMap(o.(*corev1.ConfigMap)); err == nil && t.UPID == u {
+			best = t
+		}
+	}
+	ts.mu.Lock()
+	if r := ts.recent[u.String()]; r != nil && (best == nil || (best.Running() && !r.Running())) {
+		best = r.copy()
+	}
+	ts.mu.Unlock()
+	if best != nil {
+		return best
+	}
+	// Another replica may have written it an instant ago.
+	cm, err := ts.c.Kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	t, err := taskFromConfigMap(cm)
+	if err != nil || t.UPID != u {
+		return nil
+	}
+	return t
+}
+
+// run re-evaluates running tasks whenever the cluster changes, finishes
+// those whose goal is met or whose deadline passed, and prunes old ones.
+func (ts *Tasks) run(ctx context.Context) {
+	tick := time.NewTicker(ts.Interval)
+	defer tick.Stop()
+	lastPrune := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-ts.pokeCh:
+		}
+		now := time.Now()
+		for _, t := range ts.running() {
+			if done, exit, lines := ts.evaluate(t, now); done {
+				t.Log = append(t.Log, lines...)
+				t.finish(exit, now)
+				ts.persist(ctx, t)
+			}
+		}
+		if now.Sub(lastPrune) > time.Minute {
+			lastPrune = now
+			ts.prune(ctx, now)
+		}
+	}
+}
+
+func (ts *Tasks) persist(ctx context.Context, t *Task) {
+	ts.mu.Lock()
+	if r := ts.recent[t.UPID.String()]; r != nil {
+		*r = *t.copy()
+	}
+	ts.mu.Unlock()
+	cm := t.toConfigMap(ts.c.opts.TaskNamespace)
+	cur, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{})
+	if err != nil {
+		ts.c.logger.Warn("task record unavailable", zap.String("upid", t.UPID.String()), zap.Error(err))
+		return
+	}
+	if cur.Data["status"] == "stopped" {
+		return // someone finished it first; the first answer stands
+	}
+	cur.Data = cm.Data
+	if _, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		ts.c.logger.Warn("finishing task", zap.String("upid", t.UPID.String()), zap.Error(err))
+		return
+	}
+	ts.mu.Lock()
+	delete(ts.recent, t.UPID.String())
+	ts.mu.Unlock()
+}
+
+func (ts *Tasks) prune(ctx context.Context, now time.Time) {
+	for _, t := range ts.List("") {
+		if t.Running() || now.Sub(t.EndTime) < ts.Retention {
+			continue
+		}
+		err := ts.c.Kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Delete(ctx, t.cmName, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			ts.c.logger.Debug("pruning task", zap.String("upid", t.UPID.String()), zap.Error(err))
+		}
+	}
+}
+
+// evaluate decides whether a running task's goal is met.
+func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log []string) {
+	var vm *kubevirtv1.VirtualMachine
+	if o := ts.c.vms.get(t.namespace, t.name); o != nil {
+		if v := o.(*kubevirtv1.VirtualMachine); v.UID == t.uid {
+			vm = v
+		}
+	}
+	var vmi *kubevirtv1.VirtualMachineInstance
+	if o := ts.c.vmis.get(t.namespace, t.name); o != nil {
+		vmi = o.(*kubevirtv1.VirtualMachineInstance)
+	}
+	running := vmi != nil && vmi.Status.Phase == kubevirtv1.Running && vmi.DeletionTimestamp == nil
+	final := vmi == nil || vmi.IsFinal()
+	switch t.goal {
+	case GoalNone:
+		return true, translate.ExitOK, nil
+	case GoalGone:
+		if vm == nil {
+			return true, translate.ExitOK, nil
+		}
+	case GoalStopped:
+		if vm == nil || final {
+			return true, translate.ExitOK, nil
+		}
+	case GoalRunning, GoalRestarted, GoalResumed, GoalPaused:
+		if vm == nil {
+			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
+		}
+		if vmi != nil && vmi.Status.Phase == kubevirtv1.Failed {
+			return true, "start failed: the VM instance failed" + reason(vm), nil
+		}
+		paused := vmi != nil && vmiPaused(vmi)
+		switch {
+		case t.goal == GoalRunning && running:
+			return true, translate.ExitOK, nil
+		case t.goal == GoalRestarted && running && vmi.UID != t.prevVMI:
+			return true, translate.ExitOK, nil
+		case t.goal == GoalResumed && running && !paused:
+			return true, translate.ExitOK, nil
+		case t.goal == GoalPaused && running && paused:
+			return true, translate.ExitOK, nil
+		}
+	default:
+		return true, "unknown task goal " + strconv.Quote(string(t.goal)), nil
+	}
+	if now.After(t.deadline) {
+		state := "not found"
+		if vm != nil {
+			state = string(vm.Status.PrintableStatus)
+		}
+		return true, fmt.Sprintf("timeout waiting for the VM to be %s (KubeVirt status: %s)", t.goal, state), nil
+	}
+	return false, "", nil
+}
+
+func reason(vm *kubevirtv1.VirtualMachine) string {
+	for _, c := range vm.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineFailure && c.Message != "" {
+			return ": " + c.Message
+		}
+	}
+	return ""
+}
+
+func vmiPaused(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Task) finish(exit string, at time.Time) {
+	t.Status = "stopped"
+	t.ExitStatus = exit
+	t.EndTime = at
+	t.Log = append(t.Log, translate.TaskLogEnd(exit))
+}
+
+func (t *Task) copy() *Task {
+	c := *t
+	c.Log = append([]string(nil), t.Log...)
+	return &c
+}
+
+func (t *Task) toConfigMap(ns string) *corev1.ConfigMap {
+	data := map[string]string{
+		"upid":      t.UPID.String(),
+		"status":    t.Status,
+		"goal":      string(t.goal),
+		"namespace": t.namespace,
+		"name":      t.name,
+		"uid":       string(t.uid),
+		"prevVMI":   string(t.prevVMI),
+		"deadline":  t.deadline.UTC().Format(time.RFC3339),
+		"log":       strings.Join(t.Log, "\n"),
+	}
+	if !t.Running() {
+		data["exitstatus"] = t.ExitStatus
+		data["endtime"] = strconv.FormatInt(t.EndTime.Unix(), 10)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: t.cmName, Namespace: ns,
+			Labels: map[string]string{taskLabel: "true", taskNodeLabel: t.UPID.Node},
+		},
+		Data: data,
+	}
+}
+
+func taskFromConfigMap(cm *corev1.ConfigMap) (*Task, error) {
+	u, err := translate.ParseUPID(cm.Data["upid"])
+	if err != nil {
+		return nil, fmt.Errorf("task record %s: %w", cm.Name, err)
+	}
+	t := &Task{
+		UPID: u, Status: cm.Data["status"], ExitStatus: cm.Data["exitstatus"],
+		goal: Goal(cm.Data["goal"]), namespace: cm.Data["namespace"], name: cm.Data["name"],
+		uid: types.UID(cm.Data["uid"]), prevVMI: types.UID(cm.Data["prevVMI"]), cmName: cm.Name,
+	}
+	if l := cm.Data["log"]; l != "" {
+		t.Log = strings.Split(l, "\n")
+	}
+	t.deadline, _ = time.Parse(time.RFC3339, cm.Data["deadline"])
+	if s, err := strconv.ParseInt(cm.Data["endtime"], 10, 64); err == nil {
+		t.EndTime = time.Unix(s, 0)
+	}
+	if t.Status != "running" && t.Status != "stopped" {
+		return nil, fmt.Errorf("task record %s: bad status %q", cm.Name, t.Status)
+	}
+	return t, nil
+}
+
+func taskStatusIndexFunc(obj any) ([]string, error) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return nil, nil
+	}
+	return []string{cm.Data["status"]}, nil
+}

@@ -1,0 +1,145 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// ErrNotFound means no served VM has the vmid.
+var ErrNotFound = errors.New("no such VM")
+
+// AmbiguousError means more than one VM claims a vmid; a mutation on it
+// would have to guess, so it is refused.
+type AmbiguousError struct {
+	VMID      int
+	Claimants []string // namespace/name
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("VM %d is ambiguous: claimed by %s; address them by their own ids or fix the %s labels",
+		e.VMID, strings.Join(e.Claimants, ", "), translate.LabelVMID)
+}
+
+// vmidTable assigns every VM exactly one vmid, never shared: the label when
+// one VM alone claims it, otherwise a deterministic fallback id probed past
+// every id already taken. Older VMs are assigned first so that a new VM
+// never takes an id an existing one already shows.
+type vmidTable struct {
+	byID      map[int]string
+	byKey     map[string]int
+	ambiguous map[int][]string
+	maxID     int
+}
+
+func buildVMIDTable(vms []*kubevirtv1.VirtualMachine) *vmidTable {
+	t := &vmidTable{byID: map[int]string{}, byKey: map[string]int{}, ambiguous: map[int][]string{}}
+	claims := map[int][]*kubevirtv1.VirtualMachine{}
+	var rest []*kubevirtv1.VirtualMachine
+	for _, vm := range vms {
+		if id, ok := translate.VMIDFromLabels(vm.Labels); ok {
+			claims[id] = append(claims[id], vm)
+			continue
+		}
+		rest = append(rest, vm)
+	}
+	for id, list := range claims {
+		if len(list) == 1 {
+			t.assign(id, list[0])
+			continue
+		}
+		for _, vm := range list {
+			t.ambiguous[id] = append(t.ambiguous[id], vm.Namespace+"/"+vm.Name)
+			rest = append(rest, vm)
+		}
+		sort.Strings(t.ambiguous[id])
+	}
+	sort.Slice(rest, func(i, j int) bool {
+		a, b := rest[i], rest[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+	})
+	for _, vm := range rest {
+		for probe := 0; ; probe++ {
+			id := translate.FallbackVMID(vm.Namespace, vm.Name, probe)
+			if !t.taken(id) {
+				t.assign(id, vm)
+				break
+			}
+		}
+	}
+	return t
+}
+
+func (t *vmidTable) assign(id int, vm *kubevirtv1.VirtualMachine) {
+	key := vm.Namespace + "/" + vm.Name
+	t.byID[id] = key
+	t.byKey[key] = id
+	if id > t.maxID {
+		t.maxID = id
+	}
+}
+
+func (t *vmidTable) taken(id int) bool {
+	if _, ok := t.byID[id]; ok {
+		return true
+	}
+	_, ok := t.ambiguous[id]
+	return ok
+}
+
+// resolve returns the namespace/name key of vmid.
+func (t *vmidTable) resolve(id int) (string, error) {
+	if c, ok := t.ambiguous[id]; ok {
+		return "", &AmbiguousError{VMID: id, Claimants: c}
+	}
+	key, ok := t.byID[id]
+	if !ok {
+		return "", ErrNotFound
+	}
+	return key, nil
+}
+
+// table returns the current vmid table, rebuilding it only when a VM was
+// added, removed or relabelled since the last call.
+func (c *Cluster) table() *vmidTable {
+	gen := c.vmidGen.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.vmidTab != nil && c.vmidTabGen == gen {
+		return c.vmidTab
+	}
+	objs := c.vms.list()
+	vms := make([]*kubevirtv1.VirtualMachine, 0, len(objs))
+	for _, o := range objs {
+		vms = append(vms, o.(*kubevirtv1.VirtualMachine))
+	}
+	c.vmidTab = buildVMIDTable(vms)
+	c.vmidTabGen = gen
+	return c.vmidTab
+}
+
+// VMIDTaken tells whether id is shown by, or claimed by, any VM.
+func (c *Cluster) VMIDTaken(id int) bool { return c.table().taken(id) }
+
+// NextVMID returns the lowest free vmid at or above from, like PVE's
+// /cluster/nextid. reserved holds ids promised but not yet visible.
+func (c *Cluster) NextVMID(from int, reserved func(int) bool) (int, bool) {
+	t := c.table()
+	if from < translate.MinVMID {
+		from = translate.MinVMID
+	}
+	for id := from; id <= translate.MaxVMID; id++ {
+		if !t.taken(id) && (reserved == nil || !reserved(id)) {
+			return id, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,304 @@
+package kubevirtsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubevirt"
+)
+
+// Options tune the simulated timing.
+type Options struct {
+	// StartDelay is how long a new VMI takes from creation to Running
+	// (Pending → Scheduling → Scheduled → Running). Zero starts at once.
+	StartDelay time.Duration
+	// StopDelay is how long a guest takes to shut down after its VMI was
+	// deleted. A VMI's spec.terminationGracePeriodSeconds caps it (0 stops
+	// at once); the 30 s KubeVirt default is never waited for.
+	StopDelay time.Duration
+	// Logger receives the controller's log; nil discards it.
+	Logger *zap.Logger
+	// Resync is the informers' resync period; zero disables resyncs.
+	Resync time.Duration
+}
+
+// workers is the number of concurrent reconcilers. Keys are VM/VMI names, so
+// one object is never reconciled twice at the same time.
+const workers = 2
+
+// Controller stands in for KubeVirt's virt-controller (VM and VMI
+// controllers) and virt-handler. It watches VirtualMachines and
+// VirtualMachineInstances in all namespaces and Nodes, and reconciles each
+// namespace/name key (a VM and its VMI share the name):
+//
+//   - VMs: run strategies (Always, RerunOnFailure, Manual, Halted, Once, and
+//     the deprecated spec.running), status.stateChangeRequests from the
+//     start/stop/restart subresources, the controller finalizer, the
+//     persisted firmware UUID and the VM status (printableStatus, ready,
+//     created, runStrategy, conditions);
+//   - VMIs: the phase lifecycle with node placement, the guest-visible
+//     status of a running VMI, graceful shutdown on deletion and garbage
+//     collection of VMIs whose VM is gone.
+//
+// It only talks to the API through the clientsets, so it runs the same over a
+// real API server (with the KubeVirt CRDs installed) and over NewFakeClients.
+type Controller struct {
+	kv   kubevirt.Interface
+	k8s  kubernetes.Interface
+	opts Options
+	log  *zap.Logger
+
+	vmInformer   cache.SharedIndexInformer
+	vmiInformer  cache.SharedIndexInformer
+	nodeInformer cache.SharedIndexInformer
+	dependencies []vmDependency
+
+	queue   workqueue.TypedRateLimitingInterface[string]
+	started atomic.Bool
+
+	mu       sync.Mutex
+	seen     map[types.UID]time.Time // first sight of a VMI (StartDelay base)
+	stopping map[types.UID]time.Time // first sight of a VMI's deletion (StopDelay base)
+	assumed  map[types.UID]string    // node placements not yet seen in the cache
+}
+
+// NewController creates a controller. Nothing runs until Run is called.
+func NewController(kv kubevirt.Interface, k8s kubernetes.Interface, opts Options) *Controller {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Controller{
+		kv:           kv,
+		k8s:          k8s,
+		opts:         opts,
+		log:          log.Named("kubevirtsim"),
+		vmInformer:   NewVirtualMachineInformer(kv, metav1.NamespaceAll, opts.Resync),
+		vmiInformer:  NewVirtualMachineInstanceInformer(kv, metav1.NamespaceAll, opts.Resync),
+		nodeInformer: coreinformers.NewNodeInformer(k8s, opts.Resync, cache.Indexers{}),
+		seen:         map[types.UID]time.Time{},
+		stopping:     map[types.UID]time.Time{},
+		assumed:      map[types.UID]string{},
+	}
+}
+
+// Run runs the informers and reconcilers until ctx is done, then stops them
+// and waits for all of its goroutines. It returns nil after a normal
+// shutdown and an error when it was already started or the caches could not
+// sync. A Controller runs at most once.
+func (c *Controller) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("kubevirtsim: controller already started")
+	}
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{})
+
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	handlers := map[cache.SharedIndexInformer]cache.ResourceEventHandler{
+		c.vmInformer: cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueue,
+			UpdateFunc: func(_, obj any) { enqueue(obj) },
+			DeleteFunc: enqueue,
+		},
+		c.vmiInformer: cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueue,
+			UpdateFunc: func(_, obj any) { enqueue(obj) },
+			DeleteFunc: func(obj any) {
+				if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = tomb.Obj
+				}
+				if vmi, ok := obj.(*virtv1.VirtualMachineInstance); ok {
+					c.forget(vmi.UID)
+				}
+				enqueue(obj)
+			},
+		},
+		c.nodeInformer: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.enqueueUnscheduled() },
+			UpdateFunc: func(any, any) { c.enqueueUnscheduled() },
+			DeleteFunc: func(any) { c.enqueueUnscheduled() },
+		},
+	}
+	informers := []cache.SharedIndexInformer{c.vmInformer, c.vmiInformer, c.nodeInformer}
+	for _, d := range c.dependencies {
+		informers = append(informers, d.informers(c.queue.Add)...)
+	}
+	for inf, h := range handlers {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			c.queue.ShutDown()
+			return fmt.Errorf("kubevirtsim: add event handler: %w", err)
+		}
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer c.queue.ShutDown()
+	synced := make([]cache.InformerSynced, 0, len(informers))
+	for _, inf := range informers {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("kubevirtsim: informer caches did not sync")
+	}
+	c.log.Info("controller started", zap.Duration("startDelay", c.opts.StartDelay), zap.Duration("stopDelay", c.opts.StopDelay))
+	for range workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.log.Info("controller stopping")
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	after, err := c.sync(ctx, key)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		if apierrors.IsConflict(err) {
+			c.log.Debug("reconcile conflict, retrying", zap.String("key", key), zap.Error(err))
+		} else {
+			c.log.Warn("reconcile failed", zap.String("key", key), zap.Error(err))
+		}
+		c.queue.AddRateLimited(key)
+	default:
+		c.queue.Forget(key)
+		if after > 0 {
+			c.queue.AddAfter(key, after)
+		}
+	}
+	return true
+}
+
+// sync reconciles the VM and the VMI stored under key.
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	var vm *virtv1.VirtualMachine
+	if obj, ok, err := c.vmInformer.GetStore().GetByKey(key); err != nil {
+		return 0, err
+	} else if ok {
+		vm = obj.(*virtv1.VirtualMachine).DeepCopy()
+	}
+	var vmi *virtv1.VirtualMachineInstance
+	if obj, ok, err := c.vmiInformer.GetStore().GetByKey(key); err != nil {
+		return 0, err
+	} else if ok {
+		vmi = obj.(*virtv1.VirtualMachineInstance).DeepCopy()
+	}
+
+	var after time.Duration
+	if vmi != nil {
+		var err error
+		if vmi, after, err = c.syncVMI(ctx, vm, vmi); err != nil {
+			return 0, err
+		}
+	}
+	if vm != nil {
+		var (
+			vmAfter time.Duration
+			err     error
+		)
+		vmi, vmAfter, err = c.syncVM(ctx, vm, vmi)
+		if err != nil {
+			return 0, err
+		}
+		after = minPositive(after, vmAfter)
+	}
+	// The final state is on the VM now: let go of the VMI.
+	if _, err := c.releaseVMI(ctx, vmi); err != nil && !apierrors.IsNotFound(err) {
+		return 0, err
+	}
+	return after, nil
+}
+
+// enqueueUnscheduled requeues VMIs waiting for a node.
+func (c *Controller) enqueueUnscheduled() {
+	for _, obj := range c.vmiInformer.GetStore().List() {
+		vmi, ok := obj.(*virtv1.VirtualMachineInstance)
+		if ok && vmi.Status.NodeName == "" && !vmi.IsFinal() {
+			if key, err := cache.MetaNamespaceKeyFunc(vmi); err == nil {
+				c.queue.Add(key)
+			}
+		}
+	}
+}
+
+// GuestShutdown simulates a shutdown from inside the guest (e.g. poweroff):
+// the running VMI becomes Succeeded. The run strategy then decides what
+// happens (Always restarts it, Manual keeps it stopped, RerunOnFailure stops
+// it). It does not need the controller to be running.
+func (c *Controller) GuestShutdown(ctx context.Context, ns, name string) error {
+	return c.guestExit(ctx, ns, name, virtv1.Succeeded)
+}
+
+// GuestCrash simulates a guest crash: the running VMI becomes Failed
+// (Always and RerunOnFailure restart it).
+func (c *Controller) GuestCrash(ctx context.Context, ns, name string) error {
+	return c.guestExit(ctx, ns, name, virtv1.Failed)
+}
+
+func (c *Controller) guestExit(ctx context.Context, ns, name string, phase virtv1.VirtualMachineInstancePhase) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vmi, err := c.kv.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				return apierrors.NewNotFound(vmiGroupResource, name)
+			}
+			return err
+		}
+		if vmi.Status.Phase != virtv1.Running {
+			return apierrors.NewConflict(vmiGroupResource, name, errors.New(msgVMINotRunning))
+		}
+		if phase == virtv1.Succeeded && isPaused(vmi) {
+			return apierrors.NewConflict(vmiGroupResource, name, errors.New(msgVMIPaused))
+		}
+		markFinal(vmi, phase, time.Now())
+		_, err = c.kv.KubevirtV1().VirtualMachineInstances(ns).Update(ctx, vmi, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	case a < b:
+		return a
+	}
+	return b
+}
+
+func zapKey(obj metav1.Object) zap.Field {
+	return zap.String("key", obj.GetNamespace()+"/"+obj.GetName())
+}

@@ -1,0 +1,323 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"reflect"
+	"sort"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+//go:embed crds/*.yaml
+var crdFS embed.FS
+
+//go:embed rbac/*.yaml
+var rbacFS embed.FS
+
+// CRDManifests holds the embedded CustomResourceDefinition YAML files
+// (crds/*.yaml), for callers that want to install them elsewhere.
+var CRDManifests fs.FS = crdFS
+
+// RBACManifests holds the embedded KubeVirt/CDI ClusterRoles (rbac/*.yaml).
+var RBACManifests fs.FS = rbacFS
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// resources maps the kinds found in the embedded manifests to their REST
+// resource (no discovery needed).
+var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
+	{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}: crdGVR,
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}:         {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"}:  {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
+}
+
+// CRDs returns fresh copies of the embedded CRDs.
+func CRDs() ([]*unstructured.Unstructured, error) { return decodeDir(crdFS, "crds") }
+
+// ClusterRoles returns fresh copies of the embedded ClusterRoles and
+// ClusterRoleBindings (kubevirt.io:{default,admin,edit,view,migrate},
+// instancetype.kubevirt.io:view, cdi.kubevirt.io:{admin,edit,view}).
+func ClusterRoles() ([]*unstructured.Unstructured, error) { return decodeDir(rbacFS, "rbac") }
+
+func decodeDir(fsys fs.FS, dir string) ([]*unstructured.Unstructured, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	var out []*unstructured.Unstructured
+	for _, e := range entries {
+		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		for {
+			var obj map[string]any
+			if err := dec.Decode(&obj); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("testenv: %s/%s: %w", dir, e.Name(), err)
+			}
+			if len(obj) == 0 {
+				continue
+			}
+			out = append(out, &unstructured.Unstructured{Object: obj})
+		}
+	}
+	return out, nil
+}
+
+// apply creates each object, or replaces it if it already exists.
+func apply(ctx context.Context, dyn dynamic.Interface, objs []*unstructured.Unstructured) error {
+	for _, obj := range objs {
+		gvr, ok := resources[obj.GroupVersionKind()]
+		if !ok {
+			return fmt.Errorf("testenv: no resource known for %s", obj.GroupVersionKind())
+		}
+		c := dyn.Resource(gvr)
+		_, err := c.Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			var cur *unstructured.Unstructured
+			if cur, err = c.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
+				obj.SetResourceVersion(cur.GetResourceVersion())
+				_, err = c.Update(ctx, obj, metav1.UpdateOptions{})
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("testenv: apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// InstallCRDs installs the embedded CRDs with cfg (which must be allowed to
+// create CustomResourceDefinitions) and waits until all of them are
+// Established and served.
+//
+// kube-apiserver delays every create of a custom resource by 2 s while its
+// CRD was established less than 2 s ago (an HA safeguard in
+// apiextensions-apiserver). Start waits that window out so that tests do
+// not pay it; callers of InstallCRDs can use WaitCRDsSettled.
+func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	crds, err := CRDs()
+	if err != nil {
+		return err
+	}
+	if err := apply(ctx, dyn, crds); err != nil {
+		return err
+	}
+	_, err = waitCRDs(ctx, dyn, crds)
+	return err
+}
+
+// WaitCRDsSettled waits until every embedded CRD has been Established for
+// more than 2 s, after which creates are no longer delayed.
+func WaitCRDsSettled(ctx context.Context, cfg *rest.Config) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	crds, err := CRDs()
+	if err != nil {
+		return err
+	}
+	settled, err := waitCRDs(ctx, dyn, crds)
+	if err != nil {
+		return err
+	}
+	return sleepUntil(ctx, settled)
+}
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// waitCRDs waits until all crds are Established and served, and returns
+// when the last of them leaves the 2 s window in which creates are delayed.
+func waitCRDs(ctx context.Context, dyn dynamic.Interface, crds []*unstructured.Unstructured) (settled time.Time, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for _, crd := range crds {
+		name := crd.GetName()
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		var version string
+		if len(versions) > 0 {
+			version, _, _ = unstructured.NestedString(versions[0].(map[string]any), "name")
+		}
+		for {
+			cur, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+			if since, ok := crdEstablished(cur); err == nil && ok {
+				if t := since.Add(2*time.Second + 10*time.Millisecond); t.After(settled) {
+					settled = t
+				}
+				// Established means the handler is installed; a list proves
+				// that the resource is served.
+				_, err = dyn.Resource(schema.GroupVersionResource{Group: group, Version: version, Resource: plural}).
+					List(ctx, metav1.ListOptions{Limit: 1})
+				if err == nil {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return settled, fmt.Errorf("testenv: CRD %s not established: %v (last error: %v)", name, ctx.Err(), err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return settled, nil
+}
+
+// crdEstablished returns whether crd is Established, and since when
+// (lastTransitionTime, which has a resolution of one second).
+func crdEstablished(crd *unstructured.Unstructured) (time.Time, bool) {
+	if crd == nil {
+		return time.Time{}, false
+	}
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			ts, _ := m["lastTransitionTime"].(string)
+			t, err := time.Parse(time.RFC3339, ts)
+			if err != nil {
+				t = time.Now()
+			}
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// InstallRBAC installs the embedded KubeVirt and CDI ClusterRoles and then
+// aggregates them into admin/edit/view (see AggregateClusterRoles).
+func InstallRBAC(ctx context.Context, cfg *rest.Config) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	roles, err := ClusterRoles()
+	if err != nil {
+		return err
+	}
+	if err := apply(ctx, dyn, roles); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return AggregateClusterRoles(ctx, kube)
+}
+
+// AggregateClusterRoles does once what kube-controller-manager's
+// clusterrole-aggregation controller does continuously: every ClusterRole
+// with an aggregationRule (admin, edit, view, ...) gets the rules of all
+// ClusterRoles its selectors match. The test cluster has no
+// controller-manager, so without this the built-in admin/edit/view roles
+// are EMPTY. Call it again after creating more aggregated roles.
+func AggregateClusterRoles(ctx context.Context, kube kubernetes.Interface) error {
+	list, err := kube.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	roles := list.Items
+	sort.Slice(roles, func(i, j int) bool { return roles[i].Name < roles[j].Name })
+	orig := make([][]rbacv1.PolicyRule, len(roles))
+	for i := range roles {
+		orig[i] = roles[i].Rules
+	}
+	// admin aggregates edit which aggregates view: iterate to a fixed point.
+	for pass := 0; pass < 10; pass++ {
+		changed := false
+		for i := range roles {
+			ar := roles[i].AggregationRule
+			if ar == nil {
+				continue
+			}
+			var rules []rbacv1.PolicyRule
+			for j := range roles {
+				if i == j || !matchesAny(ar.ClusterRoleSelectors, roles[j].Labels) {
+					continue
+				}
+				for _, r := range roles[j].Rules {
+					if !containsRule(rules, r) {
+						rules = append(rules, r)
+					}
+				}
+			}
+			if !reflect.DeepEqual(rules, roles[i].Rules) {
+				roles[i].Rules = rules
+				changed = true
+			}
+		}
+		if !changed {
+			break
+		}
+	}
+	for i := range roles {
+		if roles[i].AggregationRule == nil || reflect.DeepEqual(orig[i], roles[i].Rules) {
+			continue
+		}
+		if _, err := kube.RbacV1().ClusterRoles().Update(ctx, &roles[i], metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("testenv: aggregate ClusterRole %s: %w", roles[i].Name, err)
+		}
+	}
+	return nil
+}
+
+func matchesAny(selectors []metav1.LabelSelector, l map[string]string) bool {
+	for i := range selectors {
+		sel, err := metav1.LabelSelectorAsSelector(&selectors[i])
+		if err != nil || sel.Empty() {
+			continue
+		}
+		if sel.Matches(labels.Set(l)) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsRule(rules []rbacv1.PolicyRule, r rbacv1.PolicyRule) bool {
+	for _, x := range rules {
+		if reflect.DeepEqual(x, r) {
+			return true
+		}
+	}
+	return false
+}

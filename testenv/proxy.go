@@ -1,0 +1,289 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// SubresourceGroup is the aggregated API group served by KubeVirt's virt-api.
+const SubresourceGroup = "subresources.kubevirt.io"
+
+// DefaultIsSubresourcePath matches /apis/subresources.kubevirt.io and
+// everything below it. It is used when a handler is set without a matcher.
+func DefaultIsSubresourcePath(p string) bool {
+	const prefix = "/apis/" + SubresourceGroup
+	return p == prefix || strings.HasPrefix(p, prefix+"/")
+}
+
+// Proxy is an HTTPS front proxy in front of kube-apiserver, playing the
+// kube-aggregator: every request goes to kube-apiserver unchanged
+// (Authorization, Impersonate-*, watches, upgrades), except the paths that
+// the subresource handler claims, which it serves itself (virt-api's
+// subresources.kubevirt.io). Without a handler those paths reach
+// kube-apiserver and 404, exactly like a cluster without virt-api.
+type Proxy struct {
+	// URL is https://127.0.0.1:port.
+	URL string
+
+	env *Env
+	srv *httptest.Server
+	rp  *httputil.ReverseProxy
+	sub atomic.Pointer[subroute]
+
+	mu          sync.Mutex
+	kubeconfigs map[string]string
+	closeOnce   sync.Once
+}
+
+type subroute struct {
+	h     http.Handler
+	match func(string) bool
+}
+
+// NewProxy starts another front proxy on the same cluster, with its own
+// subresource handler (nil: none, so subresources.kubevirt.io 404s). Use it
+// to test both the virt-api and the fallback path against one shared
+// cluster. It is closed by Env.Stop (or earlier by Close).
+func (e *Env) NewProxy(h http.Handler, isSubresourcePath func(string) bool) (*Proxy, error) {
+	target, err := url.Parse(e.APIServerURL)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{env: e, kubeconfigs: map[string]string{}}
+	p.SetSubresources(h, isSubresourcePath)
+	transport := &http.Transport{
+		Proxy:               nil,
+		TLSClientConfig:     &tls.Config{RootCAs: e.pki.certPool()},
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 100,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = target.Host
+			if p.augmentDiscovery(r.In) {
+				prepareDiscoveryRequest(r.Out)
+			}
+		},
+		Transport:      transport,
+		FlushInterval:  -1, // watches and other streams: flush every write
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if !errors.Is(err, context.Canceled) {
+				e.logger().Debug("testenv proxy: upstream error", zap.String("path", r.URL.Path), zap.Error(err))
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	srv := httptest.NewUnstartedServer(p)
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{
+		Certificates: []tls.Certificate{e.pki.serving},
+		NextProtos:   []string{"h2", "http/1.1"}, // http/1.1 for websockets
+	}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // TLS handshake noise
+	srv.StartTLS()
+	p.srv = srv
+	p.URL = srv.URL
+	e.mu.Lock()
+	e.proxies = append(e.proxies, p)
+	e.mu.Unlock()
+	return p, nil
+}
+
+// SetSubresources replaces the subresource handler at run time (nil
+// removes it). isSubresourcePath defaults to DefaultIsSubresourcePath.
+func (p *Proxy) SetSubresources(h http.Handler, isSubresourcePath func(string) bool) {
+	if h == nil {
+		p.sub.Store(nil)
+		return
+	}
+	if isSubresourcePath == nil {
+		isSubresourcePath = DefaultIsSubresourcePath
+	}
+	p.sub.Store(&subroute{h: h, match: isSubresourcePath})
+}
+
+// HasSubresources reports whether a subresource handler is installed.
+func (p *Proxy) HasSubresources() bool { return p.sub.Load() != nil }
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s := p.sub.Load(); s != nil && s.match(r.URL.Path) {
+		s.h.ServeHTTP(w, r)
+		return
+	}
+	p.rp.ServeHTTP(w, r)
+}
+
+// Close stops the proxy. Active connections (watches, websockets) are cut.
+func (p *Proxy) Close() {
+	p.closeOnce.Do(func() {
+		p.srv.CloseClientConnections()
+		done := make(chan struct{})
+		go func() { p.srv.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			p.env.logger().Warn("testenv proxy: handlers still running after close")
+		}
+	})
+}
+
+// Config returns a rest.Config for user (see Env.ConfigFor) that goes
+// through this proxy.
+func (p *Proxy) Config(user string) *rest.Config {
+	return p.env.configAt(p.URL, user)
+}
+
+// Kubeconfig writes (once) and returns the path of a kubeconfig file for
+// user pointing at this proxy.
+func (p *Proxy) Kubeconfig(user string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if path, ok := p.kubeconfigs[user]; ok {
+		return path
+	}
+	u := p.env.user(user)
+	port := p.URL[strings.LastIndex(p.URL, ":")+1:]
+	path := filepath.Join(p.env.Dir, "kubeconfig-"+port+"-"+sanitize(user)+".yaml")
+	if err := writeKubeconfig(path, p.URL, p.env.pki.caPEM, u.Name, u.Token); err != nil {
+		panic("testenv: write kubeconfig: " + err.Error())
+	}
+	p.kubeconfigs[user] = path
+	return path
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+func writeKubeconfig(path, server string, ca []byte, user, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: user, Namespace: "default"}
+	cfg.CurrentContext = "testenv"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o600)
+}
+
+// --- discovery: advertise subresources.kubevirt.io/v1 in GET /apis -------
+//
+// A real cluster with virt-api lists the aggregated group in /apis. When a
+// subresource handler is installed, the proxy adds it to kube-apiserver's
+// answer, in both the legacy (APIGroupList) and the aggregated
+// (apidiscovery.k8s.io/v2 APIGroupDiscoveryList) JSON forms. The group's
+// resource list itself (GET /apis/subresources.kubevirt.io/v1) is the
+// handler's business; the aggregated form lists the version with no
+// resources (subresources are not top-level resources anyway).
+
+func (p *Proxy) augmentDiscovery(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.URL.Path == "/apis" && p.sub.Load() != nil
+}
+
+// prepareDiscoveryRequest asks for uncompressed JSON and no 304, so that the
+// response can be edited.
+func prepareDiscoveryRequest(out *http.Request) {
+	out.Header.Del("Accept-Encoding")
+	out.Header.Del("If-None-Match")
+	if acc := out.Header.Get("Accept"); acc != "" {
+		var keep []string
+		for _, part := range strings.Split(acc, ",") {
+			if !strings.Contains(part, "protobuf") {
+				keep = append(keep, strings.TrimSpace(part))
+			}
+		}
+		if len(keep) > 0 {
+			out.Header.Set("Accept", strings.Join(keep, ","))
+		}
+	}
+}
+
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	if resp.Request == nil || !p.augmentDiscovery(resp.Request) || resp.StatusCode != http.StatusOK ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || resp.Header.Get("Content-Encoding") != "" {
+		return nil
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if nb, ok := addSubresourceGroup(body); ok {
+		body = nb
+		resp.Header.Del("ETag")
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
+
+func addSubresourceGroup(body []byte) ([]byte, bool) {
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, false
+	}
+	gv := map[string]any{"groupVersion": SubresourceGroup + "/v1", "version": "v1"}
+	switch doc["kind"] {
+	case "APIGroupList":
+		groups, _ := doc["groups"].([]any)
+		for _, g := range groups {
+			if m, _ := g.(map[string]any); m["name"] == SubresourceGroup {
+				return nil, false
+			}
+		}
+		doc["groups"] = append(groups, map[string]any{
+			"name": SubresourceGroup, "versions": []any{gv}, "preferredVersion": gv,
+		})
+	case "APIGroupDiscoveryList":
+		items, _ := doc["items"].([]any)
+		for _, it := range items {
+			if m, _ := it.(map[string]any); m != nil {
+				if md, _ := m["metadata"].(map[string]any); md["name"] == SubresourceGroup {
+					return nil, false
+				}
+			}
+		}
+		doc["items"] = append(items, map[string]any{
+			"metadata": map[string]any{"name": SubresourceGroup, "creationTimestamp": nil},
+			"versions": []any{map[string]any{"version": "v1", "resources": []any{}, "freshness": "Current"}},
+		})
+	default:
+		return nil, false
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}

@@ -1,0 +1,169 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// SeedNode describes one Node that Options.Seed creates.
+type SeedNode struct {
+	Name     string
+	CPU      string // capacity, e.g. "16"
+	Memory   string // capacity, e.g. "64Gi"
+	Storage  string // ephemeral-storage capacity
+	Pods     string
+	IP       string // InternalIP
+	NotReady bool   // Ready condition False instead of True
+}
+
+// SeedNodes are the Nodes created by Options.Seed: Ready, schedulable for
+// KubeVirt (kubevirt.io/schedulable=true), with capacity and allocatable.
+var SeedNodes = []SeedNode{
+	{Name: "node-1", CPU: "16", Memory: "64Gi", Storage: "500Gi", Pods: "110", IP: "192.168.100.11"},
+	{Name: "node-2", CPU: "16", Memory: "64Gi", Storage: "500Gi", Pods: "110", IP: "192.168.100.12"},
+	{Name: "node-3", CPU: "8", Memory: "32Gi", Storage: "250Gi", Pods: "110", IP: "192.168.100.13"},
+}
+
+// DefaultStorageClass is the seeded StorageClass marked as the default.
+const DefaultStorageClass = "local-path"
+
+// SeedStorageClasses are the StorageClasses created by Options.Seed.
+var SeedStorageClasses = []storagev1.StorageClass{
+	{
+		ObjectMeta:        metav1.ObjectMeta{Name: DefaultStorageClass, Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner:       "rancher.io/local-path",
+		ReclaimPolicy:     ptr(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode: ptr(storagev1.VolumeBindingWaitForFirstConsumer),
+	},
+	{
+		ObjectMeta:           metav1.ObjectMeta{Name: "ceph-block"},
+		Provisioner:          "rbd.csi.ceph.com",
+		Parameters:           map[string]string{"clusterID": "ceph", "pool": "kubevirt"},
+		ReclaimPolicy:        ptr(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode:    ptr(storagev1.VolumeBindingImmediate),
+		AllowVolumeExpansion: ptr(true),
+	},
+	{
+		ObjectMeta:        metav1.ObjectMeta{Name: "nfs-iso"},
+		Provisioner:       "nfs.csi.k8s.io",
+		Parameters:        map[string]string{"server": "nfs.example.test", "share": "/iso"},
+		ReclaimPolicy:     ptr(corev1.PersistentVolumeReclaimRetain),
+		VolumeBindingMode: ptr(storagev1.VolumeBindingImmediate),
+	},
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// SeedCluster creates SeedNodes and SeedStorageClasses (Options.Seed does
+// this at start). Existing objects are left alone.
+func SeedCluster(ctx context.Context, kube kubernetes.Interface) error {
+	for _, sn := range SeedNodes {
+		if err := createNode(ctx, kube, sn); err != nil {
+			return err
+		}
+	}
+	for i := range SeedStorageClasses {
+		sc := SeedStorageClasses[i].DeepCopy()
+		if _, err := kube.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("testenv: seed StorageClass %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+func createNode(ctx context.Context, kube kubernetes.Interface, sn SeedNode) error {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse(sn.CPU),
+		corev1.ResourceMemory:           resource.MustParse(sn.Memory),
+		corev1.ResourceEphemeralStorage: resource.MustParse(sn.Storage),
+		corev1.ResourcePods:             resource.MustParse(sn.Pods),
+		"devices.kubevirt.io/kvm":       resource.MustParse("1k"),
+		"devices.kubevirt.io/tun":       resource.MustParse("1k"),
+		"devices.kubevirt.io/vhost-net": resource.MustParse("1k"),
+	}
+	now := metav1.NewTime(time.Now())
+	ready := corev1.ConditionTrue
+	if sn.NotReady {
+		ready = corev1.ConditionFalse
+	}
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: sn.Name,
+			Labels: map[string]string{
+				"kubernetes.io/hostname":         sn.Name,
+				"kubernetes.io/os":               "linux",
+				"kubernetes.io/arch":             "amd64",
+				"node-role.kubernetes.io/worker": "",
+				"kubevirt.io/schedulable":        "true",
+			},
+		},
+		Spec: corev1.NodeSpec{PodCIDR: "", ProviderID: "testenv://" + sn.Name},
+	}
+	created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("testenv: seed Node %s: %w", sn.Name, err)
+	}
+	created.Status = corev1.NodeStatus{
+		Capacity:    res,
+		Allocatable: res.DeepCopy(),
+		Phase:       corev1.NodeRunning,
+		Conditions: []corev1.NodeCondition{
+			cond(corev1.NodeReady, ready, "KubeletReady"),
+			cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory"),
+			cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure"),
+			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID"),
+		},
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: sn.IP},
+			{Type: corev1.NodeHostName, Address: sn.Name},
+		},
+		NodeInfo: corev1.NodeSystemInfo{
+			MachineID:               "testenv-" + sn.Name,
+			SystemUUID:              "testenv-" + sn.Name,
+			BootID:                  "testenv-" + sn.Name,
+			KernelVersion:           "6.12.0-testenv",
+			OSImage:                 "Debian GNU/Linux 13 (trixie)",
+			ContainerRuntimeVersion: "containerd://2.1.0",
+			KubeletVersion:          "v1.37.2",
+			OperatingSystem:         "linux",
+			Architecture:            "amd64",
+		},
+	}
+	updated, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("testenv: seed Node %s status: %w", sn.Name, err)
+	}
+	if sn.NotReady {
+		return nil
+	}
+	// The TaintNodesByCondition admission plugin taints every new node
+	// not-ready; the node lifecycle controller, which does not run here,
+	// would lift the taint once the node reports Ready. Do its part.
+	var keep []corev1.Taint
+	for _, t := range updated.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			keep = append(keep, t)
+		}
+	}
+	if len(keep) != len(updated.Spec.Taints) {
+		updated.Spec.Taints = keep
+		if _, err := kube.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("testenv: seed Node %s taints: %w", sn.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,853 @@
+// Package testenv runs a real kube-apiserver and etcd with the KubeVirt CRDs
+// installed, behind an HTTPS front proxy that can play KubeVirt's virt-api
+// (subresources.kubevirt.io), for the plugin's integration tests.
+//
+// One cluster per test package is the intended use (see Main); a single
+// test can also start its own with StartT. A start takes about 3-4 s and
+// the two processes use about 330 MB (etcd ~45, kube-apiserver ~290).
+//
+// What the cluster has: RBAC with static tokens (Options.Users), the
+// KubeVirt/CDI CRDs with loose schemas (crds/), KubeVirt's ClusterRoles
+// aggregated into admin/edit/view (rbac/), optionally Nodes and
+// StorageClasses (Options.Seed). What it has not: kube-controller-manager,
+// scheduler, kubelets, KubeVirt's controllers and webhooks (Options.Controller
+// and the subresource handler stand in for them).
+//
+// The binaries come from build-binaries.sh (next to this file), which
+// builds them once (~10 min cold) into ~/.cache/caddy-proxmox/testbin/...;
+// in CI run it as an earlier step and cache that folder, because with CI
+// set the tests fail instead of building. CADDY_PROXMOX_TESTBIN points at a
+// ready folder instead.
+//
+// Environment variables:
+//
+//	CADDY_PROXMOX_TESTBIN          folder holding kube-apiserver and etcd
+//	CI                             if set, missing binaries fail the tests
+//	                               (they are not built inside go test)
+//	CADDY_PROXMOX_TESTENV_VERBOSE  copy etcd/kube-apiserver output to stderr
+//	CADDY_PROXMOX_TESTENV_KEEP     keep the temp dir (logs, data) after Stop
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"kubevirt.io/client-go/kubevirt"
+)
+
+// AdminUser is the built-in user in system:masters.
+const AdminUser = "admin"
+
+// Environment variable names.
+const (
+	EnvBinDir  = "CADDY_PROXMOX_TESTBIN"
+	EnvVerbose = "CADDY_PROXMOX_TESTENV_VERBOSE"
+	EnvKeep    = "CADDY_PROXMOX_TESTENV_KEEP"
+)
+
+// User is a static-token user of the test cluster (kube-apiserver
+// --token-auth-file). An empty Token gets a random one. Every
+// authenticated user is also in system:authenticated.
+type User struct {
+	Name   string
+	Token  string
+	Groups []string
+}
+
+// Options configure Start. The zero value starts a bare cluster with the
+// CRDs, the KubeVirt ClusterRoles, the admin user and no virt-api.
+type Options struct {
+	// Users are added to the token file next to AdminUser.
+	Users []User
+	// Seed creates SeedNodes and SeedStorageClasses.
+	Seed bool
+	// ControllerStartDelay delays the start of Controller.
+	ControllerStartDelay time.Duration
+	// Logger receives testenv's own messages (start/stop timings, proxy
+	// errors). Nil: no logging (StartT uses the test's log).
+	Logger *zap.Logger
+
+	// Controller, if set, runs in a goroutine from the end of Start until
+	// Stop, which cancels its context and waits for it to return. It gets
+	// admin clients that talk to kube-apiserver directly. This is where the
+	// stand-in virt-controller is wired in, e.g.
+	//   func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error {
+	//       return kubevirtsim.NewController(kv, kube, kubevirtsim.Options{}).Run(ctx)
+	//   }
+	Controller func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error
+
+	// Subresources serves the paths for which IsSubresourcePath returns
+	// true (default DefaultIsSubresourcePath) in the front proxy, playing
+	// virt-api. If both Subresources and NewSubresources are nil the proxy
+	// has no virt-api: /apis/subresources.kubevirt.io/... reach
+	// kube-apiserver and 404, which is the plugin's fallback case.
+	Subresources http.Handler
+	// NewSubresources builds the handler once the Env's clients exist
+	// (takes precedence over Subresources), e.g.
+	//   func(e *testenv.Env) http.Handler {
+	//       return kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, e.Authorize)
+	//   }
+	NewSubresources func(e *Env) http.Handler
+	// IsSubresourcePath selects the paths that go to the handler.
+	IsSubresourcePath func(path string) bool
+
+	// StartTimeout bounds the start after the binaries are found
+	// (default 2 minutes).
+	StartTimeout time.Duration
+	// BinDir overrides CADDY_PROXMOX_TESTBIN and build-binaries.sh.
+	BinDir string
+	// ExtraAPIServerArgs are appended to kube-apiserver's flags.
+	ExtraAPIServerArgs []string
+}
+
+// Env is a running test cluster. All configs and clients are admin unless
+// named otherwise. Stop it when done (StartT and Main do).
+type Env struct {
+	// Config is the admin config through the front proxy.
+	Config *rest.Config
+	// DirectConfig is the admin config straight at kube-apiserver.
+	DirectConfig *rest.Config
+	// Kubeconfig is the path of an admin kubeconfig file pointing at the
+	// front proxy (for the plugin's `kubeconfig <path>`).
+	Kubeconfig string
+	// Kube, KubeVirt and Dynamic use Config (through the proxy).
+	Kube     kubernetes.Interface
+	KubeVirt kubevirt.Interface
+	Dynamic  dynamic.Interface
+	// DirectKube and DirectKubeVirt use DirectConfig.
+	DirectKube     kubernetes.Interface
+	DirectKubeVirt kubevirt.Interface
+
+	// APIServerURL is kube-apiserver's https URL; ProxyURL the front proxy's.
+	APIServerURL string
+	ProxyURL     string
+	EtcdURL      string
+	// Proxy is the front proxy behind Config and Kubeconfig.
+	Proxy *Proxy
+	// CAData is the PEM CA that signed both kube-apiserver's and the
+	// proxies' serving certificates.
+	CAData []byte
+	// Dir is the temp dir (certs, tokens, logs, etcd data), removed by Stop.
+	Dir string
+	// BinDir holds the kube-apiserver and etcd binaries used.
+	BinDir string
+	// StartDuration is how long Start took (binaries lookup included).
+	StartDuration time.Duration
+
+	opts       Options
+	log        atomic.Pointer[zap.Logger]
+	pki        *pki
+	users      map[string]User
+	etcd       *process
+	apiserver  *process
+	httpClient *http.Client // to kube-apiserver, no credentials of its own
+	phases     []zap.Field
+
+	mu         sync.Mutex
+	proxies    []*Proxy
+	ctrlCancel context.CancelFunc
+	ctrlDone   chan struct{}
+	ctrlErr    error
+	stopOnce   sync.Once
+}
+
+// Start starts etcd, kube-apiserver and the front proxy, installs the CRDs
+// and ClusterRoles, optionally seeds Nodes and StorageClasses and starts
+// the Controller. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Env, error) {
+	t0 := time.Now()
+	e := &Env{opts: opts}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	e.log.Store(opts.Logger)
+	if err := e.initUsers(); err != nil {
+		return nil, err
+	}
+	bin := opts.BinDir
+	if bin == "" {
+		var err error
+		if bin, err = Binaries(ctx, e.logger()); err != nil {
+			return nil, err
+		}
+	} else if !hasBinaries(bin) {
+		return nil, fmt.Errorf("testenv: no kube-apiserver/etcd in %s", bin)
+	}
+	e.BinDir = bin
+	tBin := time.Since(t0)
+
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	register(e)
+	if err := e.start(ctx); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	e.StartDuration = time.Since(t0)
+	e.logger().Info("testenv: started", append([]zap.Field{
+		zap.Duration("total", e.StartDuration), zap.Duration("binaries", tBin)}, append(e.phases,
+		zap.String("apiserver", e.APIServerURL), zap.String("proxy", e.ProxyURL), zap.String("dir", e.Dir))...)...)
+	return e, nil
+}
+
+func (e *Env) initUsers() error {
+	e.users = map[string]User{AdminUser: {Name: AdminUser, Token: randomToken(), Groups: []string{"system:masters"}}}
+	for _, u := range e.opts.Users {
+		if u.Name == "" || strings.ContainsAny(u.Name, ",\"\n") {
+			return fmt.Errorf("testenv: bad user name %q", u.Name)
+		}
+		if _, dup := e.users[u.Name]; dup {
+			return fmt.Errorf("testenv: duplicate user %q (%q is built in)", u.Name, AdminUser)
+		}
+		if u.Token == "" {
+			u.Token = randomToken()
+		}
+		if strings.ContainsAny(u.Token, ",\"\n") {
+			return fmt.Errorf("testenv: bad token for user %q", u.Name)
+		}
+		for _, g := range u.Groups {
+			if strings.ContainsAny(g, ",\"\n") {
+				return fmt.Errorf("testenv: bad group %q for user %q", g, u.Name)
+			}
+		}
+		u.Groups = append([]string(nil), u.Groups...)
+		e.users[u.Name] = u
+	}
+	return nil
+}
+
+func (e *Env) start(ctx context.Context) error {
+	root := os.TempDir()
+	reapStale(root, "caddy-proxmox-testenv-")
+	dir, err := os.MkdirTemp(root, "caddy-proxmox-testenv-")
+	if err != nil {
+		return err
+	}
+	e.Dir = dir
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return err
+	}
+	if e.pki, err = newPKI(dir); err != nil {
+		return err
+	}
+	e.CAData = e.pki.caPEM
+	e.httpClient = &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: e.pki.certPool()},
+		ForceAttemptHTTP2: true,
+	}}
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(e.tokenFile()), 0o600); err != nil {
+		return err
+	}
+
+	crds, err := CRDs()
+	if err != nil {
+		return err
+	}
+	tProc := time.Now()
+	var dyn dynamic.Interface
+	var crdsCreated chan error
+	for attempt := 1; ; attempt++ {
+		err := e.spawn(tokens)
+		if err == nil {
+			if dyn, err = e.directClients(); err != nil {
+				return err
+			}
+			// Create the CRDs as soon as kube-apiserver serves, about a
+			// second before /readyz, so that they are established earlier.
+			crdCtx, crdCancel := context.WithCancel(ctx)
+			crdsCreated = make(chan error, 1)
+			go func() { crdsCreated <- applyEagerly(crdCtx, dyn, crds) }()
+			err = e.waitReady(ctx)
+			if err == nil {
+				defer crdCancel()
+				break
+			}
+			crdCancel()
+			<-crdsCreated
+		}
+		inUse := (e.etcd != nil && e.etcd.exited() && e.etcd.addrInUse()) ||
+			(e.apiserver != nil && e.apiserver.exited() && e.apiserver.addrInUse())
+		e.apiserver.stop(time.Second)
+		e.etcd.stop(time.Second)
+		if !inUse || attempt == 3 || ctx.Err() != nil {
+			return err
+		}
+		e.logger().Info("testenv: port taken, retrying", zap.Error(err))
+		_ = os.RemoveAll(filepath.Join(dir, "etcd"))
+	}
+	tReady := time.Since(tProc)
+
+	tInstall := time.Now()
+	// The bootstrap controller creates "default" shortly after /readyz.
+	err = waitFor(ctx, 50*time.Millisecond, "namespace default", []*process{e.etcd, e.apiserver}, func(ctx context.Context) (bool, error) {
+		_, err := e.DirectKube.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
+	if err != nil {
+		return err
+	}
+	if err := <-crdsCreated; err != nil {
+		return err
+	}
+	// RBAC and the seed objects while the CRDs get established.
+	if err := InstallRBAC(ctx, e.DirectConfig); err != nil {
+		return err
+	}
+	if e.opts.Seed {
+		if err := SeedCluster(ctx, e.DirectKube); err != nil {
+			return err
+		}
+	}
+	settled, err := waitCRDs(ctx, dyn, crds)
+	if err != nil {
+		return err
+	}
+	tInstalled := time.Since(tInstall)
+
+	// The front proxy, the clients that go through it, then the
+	// subresource handler (whose factory may use all of them).
+	if e.Proxy, err = e.NewProxy(nil, nil); err != nil {
+		return err
+	}
+	e.ProxyURL = e.Proxy.URL
+	e.Config = e.Proxy.Config(AdminUser)
+	if e.Kube, err = kubernetes.NewForConfig(e.Config); err != nil {
+		return err
+	}
+	if e.KubeVirt, err = kubevirt.NewForConfig(e.Config); err != nil {
+		return err
+	}
+	if e.Dynamic, err = dynamic.NewForConfig(e.Config); err != nil {
+		return err
+	}
+	e.Kubeconfig = e.Proxy.Kubeconfig(AdminUser)
+	sub := e.opts.Subresources
+	if e.opts.NewSubresources != nil {
+		sub = e.opts.NewSubresources(e)
+	}
+	e.Proxy.SetSubresources(sub, e.opts.IsSubresourcePath)
+
+	// Creates of custom resources are delayed by 2 s right after their CRD
+	// is established (see InstallCRDs); wait that out here, once.
+	tSettle := time.Now()
+	if err := sleepUntil(ctx, settled); err != nil {
+		return err
+	}
+	if e.opts.Controller != nil {
+		e.startController()
+	}
+	e.phases = []zap.Field{zap.Duration("processes-ready", tReady),
+		zap.Duration("crds-rbac-seed", tInstalled), zap.Duration("crd-settle-wait", time.Since(tSettle))}
+	return nil
+}
+
+func (e *Env) directClients() (dynamic.Interface, error) {
+	var err error
+	e.DirectConfig = e.configAt(e.APIServerURL, AdminUser)
+	if e.DirectKube, err = kubernetes.NewForConfig(e.DirectConfig); err != nil {
+		return nil, err
+	}
+	if e.DirectKubeVirt, err = kubevirt.NewForConfig(e.DirectConfig); err != nil {
+		return nil, err
+	}
+	return dynamic.NewForConfig(e.DirectConfig)
+}
+
+// applyEagerly retries apply until kube-apiserver accepts the objects.
+func applyEagerly(ctx context.Context, dyn dynamic.Interface, objs []*unstructured.Unstructured) error {
+	for {
+		err := apply(ctx, dyn, objs)
+		if err == nil || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			return err // done, or a broken manifest that no retry fixes
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%v)", err, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (e *Env) spawn(tokens string) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	etcdPort, apiPort := ports[0], ports[1]
+	e.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	e.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+
+	var tee io.Writer
+	if envSet(EnvVerbose) {
+		tee = os.Stderr
+	}
+	e.etcd, err = startProcess("etcd", filepath.Join(e.BinDir, "etcd"), []string{
+		"--data-dir=" + filepath.Join(e.Dir, "etcd"),
+		"--listen-client-urls=" + e.EtcdURL,
+		"--advertise-client-urls=" + e.EtcdURL,
+		"--listen-peer-urls=http://127.0.0.1:0", // one member: any free port
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}, e.Dir, tee)
+	if err != nil {
+		return err
+	}
+	// kube-apiserver retries etcd on its own; starting both at once saves
+	// etcd's start-up time.
+	args := []string{
+		"--etcd-servers=" + e.EtcdURL,
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--tls-cert-file=" + e.pki.certFile,
+		"--tls-private-key-file=" + e.pki.keyFile,
+		"--token-auth-file=" + tokens,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + e.pki.saPub,
+		"--service-account-signing-key-file=" + e.pki.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		// No kube-controller-manager creates "default" service accounts,
+		// so pods could not be created with this admission plugin on.
+		"--disable-admission-plugins=ServiceAccount",
+		// The loopback advertise address is not a valid endpoint.
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+	args = append(args, e.opts.ExtraAPIServerArgs...)
+	e.apiserver, err = startProcess("kube-apiserver", filepath.Join(e.BinDir, "kube-apiserver"), args, e.Dir, tee)
+	return err
+}
+
+func (e *Env) waitReady(ctx context.Context) error {
+	admin := "Bearer " + e.users[AdminUser].Token
+	return waitFor(ctx, 100*time.Millisecond, "kube-apiserver /readyz", []*process{e.etcd, e.apiserver}, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.APIServerURL+"/readyz", nil)
+		req.Header.Set("Authorization", admin)
+		resp, err := e.httpClient.Do(req)
+		if err != nil {
+			return false, err
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "ok" {
+			return true, nil
+		}
+		return false, fmt.Errorf("/readyz: %d %s", resp.StatusCode, b)
+	})
+}
+
+func (e *Env) tokenFile() string {
+	var b strings.Builder
+	for _, u := range e.users {
+		fmt.Fprintf(&b, "%s,%s,%s", u.Token, u.Name, u.Name)
+		if len(u.Groups) > 0 {
+			fmt.Fprintf(&b, ",%q", strings.Join(u.Groups, ","))
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func (e *Env) startController() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.ctrlCancel = cancel
+	e.ctrlDone = make(chan struct{})
+	go func() {
+		defer close(e.ctrlDone)
+		if d := e.opts.ControllerStartDelay; d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		err := e.opts.Controller(ctx, e.DirectKube, e.DirectKubeVirt)
+		if err != nil && ctx.Err() == nil {
+			e.mu.Lock()
+			e.ctrlErr = err
+			e.mu.Unlock()
+			e.logger().Error("testenv: controller stopped", zap.Error(err))
+		}
+	}()
+}
+
+// ControllerErr returns the error with which Options.Controller returned
+// before Stop, if any.
+func (e *Env) ControllerErr() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ctrlErr
+}
+
+// Stop cancels the controller, closes the proxies, kills kube-apiserver
+// and etcd (SIGTERM, a short grace, SIGKILL; both reaped) and removes Dir.
+// It is idempotent and safe on a partly started Env.
+func (e *Env) Stop() {
+	e.stopOnce.Do(func() {
+		t0 := time.Now()
+		if e.ctrlCancel != nil {
+			e.ctrlCancel()
+			select {
+			case <-e.ctrlDone:
+			case <-time.After(10 * time.Second):
+				e.logger().Warn("testenv: controller did not return within 10s of cancel")
+			}
+		}
+		e.mu.Lock()
+		proxies := e.proxies
+		e.mu.Unlock()
+		for _, p := range proxies {
+			p.Close()
+		}
+		var wg sync.WaitGroup
+		// kube-apiserver would drain for many seconds; its data is
+		// throw-away, so it gets only a short grace before SIGKILL.
+		for p, grace := range map[*process]time.Duration{e.apiserver: 300 * time.Millisecond, e.etcd: 2 * time.Second} {
+			if p != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); p.stop(grace) }()
+			}
+		}
+		wg.Wait()
+		if e.httpClient != nil {
+			e.httpClient.CloseIdleConnections()
+		}
+		if e.Dir != "" && !envSet(EnvKeep) {
+			if err := os.RemoveAll(e.Dir); err != nil {
+				e.logger().Warn("testenv: remove temp dir", zap.Error(err))
+			}
+		}
+		unregister(e)
+		e.logger().Info("testenv: stopped", zap.Duration("took", time.Since(t0)))
+		// Nothing of this Env may log into a finished test from now on.
+		e.log.Store(zap.NewNop())
+	})
+}
+
+// PIDs returns the process ids of etcd and kube-apiserver (0 if not started).
+func (e *Env) PIDs() (etcd, apiserver int) {
+	if e.etcd != nil {
+		etcd = e.etcd.pid()
+	}
+	if e.apiserver != nil {
+		apiserver = e.apiserver.pid()
+	}
+	return etcd, apiserver
+}
+
+func (e *Env) logger() *zap.Logger { return e.log.Load() }
+
+func (e *Env) user(name string) User {
+	u, ok := e.users[name]
+	if !ok {
+		panic(fmt.Sprintf("testenv: unknown user %q (declare it in Options.Users)", name))
+	}
+	return u
+}
+
+// Token returns the bearer token of a user (AdminUser or Options.Users).
+func (e *Env) Token(user string) string { return e.user(user).Token }
+
+// ConfigFor returns a config authenticating as user (AdminUser or one of
+// Options.Users) through the front proxy. Unknown users panic.
+func (e *Env) ConfigFor(user string) *rest.Config { return e.Proxy.Config(user) }
+
+// KubeconfigFor returns the path of a kubeconfig file for user pointing at
+// the front proxy.
+func (e *Env) KubeconfigFor(user string) string { return e.Proxy.Kubeconfig(user) }
+
+// ImpersonatingConfig returns an admin config through the proxy that
+// impersonates user with groups (any name; it need not be in the token
+// file), as the plugin does for its callers.
+func (e *Env) ImpersonatingConfig(user string, groups ...string) *rest.Config {
+	cfg := e.ConfigFor(AdminUser)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return cfg
+}
+
+func (e *Env) configAt(host, user string) *rest.Config {
+	return &rest.Config{
+		Host:            host,
+		BearerToken:     e.user(user).Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: append([]byte(nil), e.pki.caPEM...)},
+		QPS:             1000,
+		Burst:           2000,
+		UserAgent:       "caddy-proxmox-testenv/" + user,
+	}
+}
+
+// Namespace creates a namespace named prefix-xxxxx for one test and
+// returns its name; tests sharing an Env stay apart this way. It is not
+// deleted afterwards: without kube-controller-manager a deleted namespace
+// stays Terminating forever (no namespace controller, and no garbage
+// collector for ownerReferences either).
+func (e *Env) Namespace(t testing.TB, prefix string) string {
+	t.Helper()
+	ns, err := e.DirectKube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("testenv: create namespace: %v", err)
+	}
+	return ns.Name
+}
+
+// StartT starts an Env for one test and stops it in t.Cleanup. Start
+// errors fail the test (they never skip it, so CI cannot silently lose the
+// integration tests). Only with -short and no CI variable is it skipped.
+func StartT(t testing.TB, opts Options) *Env {
+	t.Helper()
+	if testing.Short() && !envSet("CI") {
+		t.Skip("testenv: integration test skipped in -short mode")
+	}
+	if opts.Logger == nil {
+		opts.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	}
+	e, err := Start(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// Main is for TestMain: it starts one Env shared by the package's tests,
+// calls run (which usually stores the Env and returns m.Run(); nil runs
+// m.Run()), stops the Env and exits with run's code. A start failure exits
+// with code 1, failing the package.
+//
+//	var env *testenv.Env
+//	func TestMain(m *testing.M) {
+//		testenv.Main(m, testenv.Options{Seed: true}, func(e *testenv.Env) int {
+//			env = e
+//			return m.Run()
+//		})
+//	}
+func Main(m *testing.M, opts Options, run func(*Env) int) {
+	os.Exit(MainCode(m, opts, run))
+}
+
+// MainCode is Main without the os.Exit.
+func MainCode(m *testing.M, opts Options, run func(*Env) int) int {
+	if opts.Logger == nil && envSet(EnvVerbose) {
+		opts.Logger, _ = zap.NewDevelopment()
+	}
+	e, err := Start(context.Background(), opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: testenv:", err)
+		return 1
+	}
+	defer e.Stop()
+	if run == nil {
+		return m.Run()
+	}
+	return run(e)
+}
+
+// --- binaries --------------------------------------------------------------
+
+var (
+	binMu  sync.Mutex
+	binDir string
+)
+
+// Binaries returns the folder with kube-apiserver and etcd: $CADDY_PROXMOX_TESTBIN
+// if it holds them, else the cache folder of build-binaries.sh. Missing
+// binaries are built by that script (about 12 minutes cold), except when
+// CI is set: then this is an error, so that CI fails instead of timing out
+// or skipping (build them in an earlier CI step).
+func Binaries(ctx context.Context, log *zap.Logger) (string, error) {
+	binMu.Lock()
+	defer binMu.Unlock()
+	if binDir != "" {
+		return binDir, nil
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if d := os.Getenv(EnvBinDir); d != "" && hasBinaries(d) {
+		binDir = d
+		return d, nil
+	}
+	script, err := findScript()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, "bash", script, "--check").Output()
+	if d := strings.TrimSpace(string(out)); err == nil && hasBinaries(d) {
+		binDir = d
+		return d, nil
+	}
+	if envSet("CI") {
+		return "", fmt.Errorf("testenv: kube-apiserver/etcd binaries are missing and CI is set; "+
+			"run %s in an earlier CI step (or set %s to a folder holding them)", script, EnvBinDir)
+	}
+	log.Warn("testenv: building kube-apiserver and etcd with build-binaries.sh (cold: ~12 min; " +
+		"run it beforehand to keep go test under its timeout)")
+	fmt.Fprintf(os.Stderr, "testenv: building test binaries with %s ...\n", script)
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Stderr = os.Stderr
+	out, err = cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("testenv: %s: %w", script, err)
+	}
+	d := strings.TrimSpace(string(out))
+	if !hasBinaries(d) {
+		return "", fmt.Errorf("testenv: %s printed %q, which has no kube-apiserver/etcd", script, d)
+	}
+	binDir = d
+	return d, nil
+}
+
+func hasBinaries(dir string) bool {
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// findScript locates build-binaries.sh next to this source file, or, for
+// -trimpath builds, in testenv/ of the enclosing module.
+func findScript() (string, error) {
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		p := filepath.Join(filepath.Dir(file), "build-binaries.sh")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, "testenv", "build-binaries.sh")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testenv: build-binaries.sh not found; set " + EnvBinDir)
+		}
+		dir = parent
+	}
+}
+
+// --- helpers ------------------------------------------------------------
+
+func envSet(name string) bool {
+	v := strings.ToLower(strings.TrimSpace(os.Getenv(name)))
+	return v != "" && v != "0" && v != "false" && v != "no"
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// freePorts reserves n distinct free TCP ports on 127.0.0.1. They are
+// released before the processes bind them; Start retries if one is taken
+// in between.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// --- signals ------------------------------------------------------------
+
+// On SIGINT/SIGTERM, live environments are stopped before the test binary
+// dies, so an interrupted go test leaves neither processes nor temp dirs.
+var live struct {
+	sync.Mutex
+	envs map[*Env]struct{}
+	once sync.Once
+}
+
+func register(e *Env) {
+	live.once.Do(func() {
+		live.envs = map[*Env]struct{}{}
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		go func() {
+			sig := <-ch
+			live.Lock()
+			envs := make([]*Env, 0, len(live.envs))
+			for e := range live.envs {
+				envs = append(envs, e)
+			}
+			live.Unlock()
+			for _, e := range envs {
+				e.Stop()
+			}
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				_ = p.Signal(sig)
+			}
+			time.Sleep(time.Second)
+			os.Exit(2)
+		}()
+	})
+	live.Lock()
+	live.envs[e] = struct{}{}
+	live.Unlock()
+}
+
+func unregister(e *Env) {
+	live.Lock()
+	delete(live.envs, e)
+	live.Unlock()
+}

@@ -1,0 +1,165 @@
+package translate
+
+import (
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// PVE guest status values (vmstatus "status" and /cluster/resources rows).
+const (
+	StatusRunning = "running"
+	StatusStopped = "stopped"
+	StatusUnknown = "unknown"
+)
+
+// PVE QMP run states reported as "qmpstatus" by status/current.
+const (
+	QMPRunning   = "running"
+	QMPPaused    = "paused"
+	QMPStopped   = "stopped"
+	QMPPrelaunch = "prelaunch"
+)
+
+// PVE config locks derived from KubeVirt state.
+const (
+	LockMigrate   = "migrate"
+	LockDestroyed = "destroyed" // set by qemu-server while a VM is destroyed
+	LockCreate    = "create"
+	LockClone     = "clone"
+)
+
+// GuestState is the PVE view of a VM's power state. Clients poll Status for
+// "running"/"stopped" and treat a present Lock as "busy, retry later".
+type GuestState struct {
+	Status    string // StatusRunning, StatusStopped or StatusUnknown
+	QMPStatus string // QMPRunning, QMPPaused, QMPStopped, QMPPrelaunch; empty when unknown
+	Lock      string // empty when not locked; the API must then omit "lock"
+}
+
+// VMState maps a VirtualMachine's printableStatus and its VMI (if any) onto
+// the PVE guest state, following the table of kubevirt.md §1.1:
+//
+//   - "" (a CRD without server-side defaulting) counts as Stopped;
+//   - Running → running; Paused, or any running state with paused set
+//     (the VMI's Paused condition) → running/paused;
+//   - Migrating → running with lock "migrate";
+//   - Stopping → running while a live VMI exists, then stopped;
+//     Terminating likewise, with lock "destroyed" as qemu-server sets it;
+//   - Provisioning (DataVolumes still importing or cloning) → stopped with
+//     lock "create";
+//   - Starting → stopped, except that once the VMI is Scheduled (the
+//     virt-launcher runs, the guest has not started) it is
+//     running/prelaunch, which is what PVE shows for a QEMU process whose
+//     guest CPUs have not started;
+//   - Stopped, WaitingForVolumeBinding, CrashLoopBackOff, every Err*/Error
+//     state, DataVolumeError, WaitingForReceiver and Unknown → stopped;
+//   - whatever the printableStatus, a VMI in phase Unknown (its node cannot
+//     be reached) gives "unknown", as PVE reports guests of an offline node,
+//     and a final VMI (Succeeded or Failed) gives stopped.
+//
+// Locks from other sources (the AnnotationLock annotation, snapshots,
+// restores) are the caller's to overlay.
+func VMState(printableStatus kubevirtv1.VirtualMachinePrintableStatus, vmiPhase kubevirtv1.VirtualMachineInstancePhase, hasVMI bool, paused bool) GuestState {
+	var lock string
+	switch printableStatus {
+	case kubevirtv1.VirtualMachineStatusMigrating:
+		lock = LockMigrate
+	case kubevirtv1.VirtualMachineStatusTerminating:
+		lock = LockDestroyed
+	case kubevirtv1.VirtualMachineStatusProvisioning:
+		lock = LockCreate
+	}
+
+	live := hasVMI && vmiPhase != kubevirtv1.Succeeded && vmiPhase != kubevirtv1.Failed
+	if hasVMI && vmiPhase == kubevirtv1.Unknown {
+		return GuestState{Status: StatusUnknown, Lock: lock}
+	}
+	stopped := GuestState{Status: StatusStopped, QMPStatus: QMPStopped, Lock: lock}
+	running := GuestState{Status: StatusRunning, QMPStatus: QMPRunning, Lock: lock}
+	if paused {
+		running.QMPStatus = QMPPaused
+	}
+
+	switch printableStatus {
+	case kubevirtv1.VirtualMachineStatusRunning,
+		kubevirtv1.VirtualMachineStatusMigrating:
+		if hasVMI && !live {
+			return stopped
+		}
+		return running
+	case kubevirtv1.VirtualMachineStatusPaused:
+		if hasVMI && !live {
+			return stopped
+		}
+		running.QMPStatus = QMPPaused
+		return running
+	case kubevirtv1.VirtualMachineStatusStopping,
+		kubevirtv1.VirtualMachineStatusTerminating:
+		if live {
+			return running
+		}
+		return stopped
+	case kubevirtv1.VirtualMachineStatusStarting:
+		if live && vmiPhase == kubevirtv1.Scheduled {
+			return GuestState{Status: StatusRunning, QMPStatus: QMPPrelaunch, Lock: lock}
+		}
+		return stopped
+	default:
+		return stopped
+	}
+}
+
+// PVE node status values of /nodes and /cluster/resources.
+const (
+	NodeOnline  = "online"
+	NodeOffline = "offline"
+)
+
+// NodeStatus maps a Kubernetes node's Ready condition onto PVE's node status.
+func NodeStatus(ready bool) string {
+	if ready {
+		return NodeOnline
+	}
+	return NodeOffline
+}
+
+// Run strategies for VMs managed through the PVE API.
+const (
+	// PVERunStrategy is used for VMs created through the PVE API: like PVE
+	// without HA, a shutdown from inside the guest leaves the VM stopped and
+	// start/stop go through the subresources. (Halted would silently turn
+	// into Always on the first start subresource call.)
+	PVERunStrategy = kubevirtv1.RunStrategyManual
+
+	// OnbootRunStrategy approximates onboot=1: the VM is started again after
+	// an infrastructure failure, but a guest shutdown still stops it.
+	OnbootRunStrategy = kubevirtv1.RunStrategyRerunOnFailure
+
+	// TemplateRunStrategy keeps PVE templates from ever running.
+	TemplateRunStrategy = kubevirtv1.RunStrategyHalted
+)
+
+// RunStrategyFor returns the run strategy for a VM with the given PVE onboot
+// and template flags.
+func RunStrategyFor(onboot, template bool) kubevirtv1.VirtualMachineRunStrategy {
+	switch {
+	case template:
+		return TemplateRunStrategy
+	case onboot:
+		return OnbootRunStrategy
+	default:
+		return PVERunStrategy
+	}
+}
+
+// OnbootFromRunStrategy reports the PVE onboot flag implied by a run
+// strategy, for VMs created outside the emulator: strategies that bring the
+// VM back after a failure (Always, RerunOnFailure) read as onboot=1; Once
+// does not, as it never restarts the VM.
+func OnbootFromRunStrategy(rs kubevirtv1.VirtualMachineRunStrategy) bool {
+	switch rs {
+	case kubevirtv1.RunStrategyAlways, kubevirtv1.RunStrategyRerunOnFailure:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,226 @@
+package translate
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+func buildOK(t *testing.T, cfg map[string]string) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	vm, errs := BuildVM(VMRequest{VMID: 100, Node: "pve1", Namespace: "default", Config: cfg,
+		StorageExists: func(s string) bool { return s == "local-lvm" }})
+	if len(errs) > 0 {
+		t.Fatalf("BuildVM(%v) errors: %v", cfg, errs)
+	}
+	return vm
+}
+
+func TestBuildVMBasics(t *testing.T) {
+	vm := buildOK(t, map[string]string{"name": "web-1", "cores": "2", "sockets": "2", "memory": "2048", "ostype": "l26", "tags": "b;a,A", "onboot": "yes"})
+	if vm.Name != "web-1" || vm.Namespace != "default" {
+		t.Fatalf("name = %s/%s", vm.Namespace, vm.Name)
+	}
+	if vm.Labels[LabelVMID] != "100" || vm.Annotations[AnnotationNode] != "pve1" || vm.Annotations[AnnotationName] != "web-1" {
+		t.Fatalf("labels %v annotations %v", vm.Labels, vm.Annotations)
+	}
+	if rs, _ := vm.RunStrategy(); rs != kubevirtv1.RunStrategyManual {
+		t.Fatalf("run strategy %s, want Manual (a guest shutdown must leave the VM stopped)", rs)
+	}
+	cpu := vm.Spec.Template.Spec.Domain.CPU
+	if cpu.Sockets != 2 || cpu.Cores != 2 || cpu.Threads != 1 {
+		t.Fatalf("cpu %+v", cpu)
+	}
+	if got := vm.Spec.Template.Spec.Domain.Memory.Guest.Value(); got != 2048<<20 {
+		t.Fatalf("memory %d", got)
+	}
+	if a := vm.Spec.Template.Spec.Domain.Devices.AutoattachPodInterface; a == nil || *a {
+		t.Fatal("a VM without netN must not get KubeVirt's default NIC")
+	}
+	cfg := StoredConfig(vm)
+	if cfg["tags"] != "a;b" || cfg["onboot"] != "1" || cfg["ostype"] != "l26" {
+		t.Fatalf("stored config %v", cfg)
+	}
+	view := ConfigView(vm)
+	if view["memory"] != "2048" {
+		t.Fatalf("memory must be a string in config, got %#v", view["memory"])
+	}
+	if view["cores"] != int64(2) || view["onboot"] != int64(1) {
+		t.Fatalf("cores/onboot must be numbers, got %#v %#v", view["cores"], view["onboot"])
+	}
+	if d, _ := view["digest"].(string); len(d) != 40 {
+		t.Fatalf("digest %q", view["digest"])
+	}
+}
+
+func TestBuildVMNetAndDisk(t *testing.T) {
+	vm := buildOK(t, map[string]string{
+		"net0":  "virtio,bridge=vmbr0,firewall=1",
+		"net1":  "model=e1000,bridge=lab-net",
+		"scsi0": "local-lvm:32,iothread=1,discard=on",
+		"ide2":  "none,media=cdrom",
+		"boot":  "order=scsi0;net0",
+	})
+	spec := vm.Spec.Template.Spec
+	if len(spec.Domain.Devices.Interfaces) != 2 || len(spec.Networks) != 2 {
+		t.Fatalf("interfaces %+v networks %+v", spec.Domain.Devices.Interfaces, spec.Networks)
+	}
+	n0 := spec.Domain.Devices.Interfaces[0]
+	if n0.Name != "net0" || n0.Masquerade == nil || spec.Networks[0].Pod == nil || !strings.HasPrefix(n0.MacAddress, "BC:24:11:") {
+		t.Fatalf("net0 %+v", n0)
+	}
+	if n0.BootOrder == nil || *n0.BootOrder != 2 {
+		t.Fatalf("net0 boot order %v", n0.BootOrder)
+	}
+	if spec.Networks[1].Multus == nil || spec.Networks[1].Multus.NetworkName != "lab-net" || spec.Domain.Devices.Interfaces[1].Bridge == nil {
+		t.Fatalf("net1 %+v", spec.Networks[1])
+	}
+	cfg := StoredConfig(vm)
+	if want := "virtio=" + n0.MacAddress + ",bridge=vmbr0,firewall=1"; cfg["net0"] != want {
+		t.Fatalf("net0 config %q want %q", cfg["net0"], want)
+	}
+	if cfg["scsi0"] != "local-lvm:vm-100-disk-0,iothread=1,discard=on,size=32G" {
+		t.Fatalf("scsi0 config %q", cfg["scsi0"])
+	}
+	if cfg["ide2"] != "none,media=cdrom" {
+		t.Fatalf("ide2 %q", cfg["ide2"])
+	}
+	if len(vm.Spec.DataVolumeTemplates) != 1 {
+		t.Fatalf("dv templates %d", len(vm.Spec.DataVolumeTemplates))
+	}
+	dv := vm.Spec.DataVolumeTemplates[0]
+	if dv.Name != "vm-100-disk-0" || *dv.Spec.Storage.StorageClassName != "local-lvm" {
+		t.Fatalf("dv %+v", dv)
+	}
+	if q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; q.Value() != 32<<30 {
+		t.Fatalf("dv size %s", q.String())
+	}
+	d := spec.Domain.Devices.Disks[0]
+	if d.Name != "scsi0" || d.Disk.Bus != kubevirtv1.DiskBusSCSI || d.BootOrder == nil || *d.BootOrder != 1 || d.DedicatedIOThread == nil {
+		t.Fatalf("disk %+v", d)
+	}
+	if spec.Volumes[0].DataVolume == nil || spec.Volumes[0].DataVolume.Name != "vm-100-disk-0" {
+		t.Fatalf("volume %+v", spec.Volumes[0])
+	}
+	// The same request builds the same MAC: retries must not churn it.
+	again := buildOK(t, map[string]string{"net0": "virtio,bridge=vmbr0,firewall=1"})
+	if again.Spec.Template.Spec.Domain.Devices.Interfaces[0].MacAddress != n0.MacAddress {
+		t.Fatal("MAC is not deterministic for the same vmid and key")
+	}
+}
+
+func TestBuildVMErrors(t *testing.T) {
+	cases := []struct {
+		cfg   map[string]string
+		param string
+		want  string
+	}{
+		{map[string]string{"bogus": "1"}, "bogus", "property is not defined in schema"},
+		{map[string]string{"cores": "two"}, "cores", "type check ('integer') failed - got 'two'"},
+		{map[string]string{"cores": "0"}, "cores", "minimum value of 1"},
+		{map[string]string{"memory": "lots"}, "memory", ""},
+		{map[string]string{"name": "bad name!"}, "name", "valid DNS name"},
+		{map[string]string{"net0": "vmxnet3,bridge=vmbr0"}, "net0", "no KubeVirt equivalent"},
+		{map[string]string{"net0": "virtio,bridge=vmbr0", "net1": "virtio,bridge=vmbr0"}, "net1", "only one NIC"},
+		{map[string]string{"net0": "virtio,macaddr=zz"}, "net0", ""},
+		{map[string]string{"scsi0": "nowhere:10"}, "scsi0", "storage 'nowhere' does not exist"},
+		{map[string]string{"scsi0": "local-lvm:vm-1-disk-0"}, "scsi0", "not supported yet"},
+		{map[string]string{"scsi0": "local-lvm:0"}, "scsi0", "greater than zero"},
+		{map[string]string{"onboot": "maybe"}, "onboot", "type check ('boolean')"},
+		{map[string]string{"bios": "coreboot"}, "bios", "enumeration"},
+		{map[string]string{"tags": "bad tag!"}, "tags", ""},
+	}
+	for _, c := range cases {
+		vm, errs := BuildVM(VMRequest{VMID: 100, Node: "pve1", Namespace: "default", Config: c.cfg,
+			StorageExists: func(s string) bool { return s == "local-lvm" }})
+		if vm != nil {
+			t.Errorf("%v: got a VM despite errors", c.cfg)
+		}
+		msg, ok := errs[c.param]
+		if !ok {
+			t.Errorf("%v: no error for %s (errors %v)", c.cfg, c.param, errs)
+			continue
+		}
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("%v: error %q does not contain %q", c.cfg, msg, c.want)
+		}
+	}
+}
+
+func TestBuildVMNameCollision(t *testing.T) {
+	taken := map[string]bool{"web": true, "web-100": true}
+	vm, errs := BuildVM(VMRequest{VMID: 100, Node: "n", Namespace: "ns", Config: map[string]string{"name": "web"},
+		NameTaken: func(n string) bool { return taken[n] }})
+	if len(errs) > 0 || vm.Name != "pve-100" {
+		t.Fatalf("name %v errs %v", vm, errs)
+	}
+	if vm.Annotations[AnnotationName] != "web" {
+		t.Fatal("the PVE name must be kept when the object name differs")
+	}
+}
+
+func TestBuildVMTemplate(t *testing.T) {
+	vm := buildOK(t, map[string]string{"template": "1"})
+	if vm.Labels[LabelTemplate] != "true" {
+		t.Fatal("template label missing")
+	}
+	if rs, _ := vm.RunStrategy(); rs != kubevirtv1.RunStrategyHalted {
+		t.Fatalf("template run strategy %s", rs)
+	}
+	plain := buildOK(t, map[string]string{"template": "0"})
+	if _, ok := StoredConfig(plain)["template"]; ok {
+		t.Fatal("template=0 must not be stored (PVE omits it)")
+	}
+}
+
+func TestConfigViewPreexisting(t *testing.T) {
+	// A VM made with kubectl: no stored config at all.
+	vm := &kubevirtv1.VirtualMachine{}
+	vm.Name = "legacy"
+	vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+	vm.Spec.Template.Spec.Domain.CPU = &kubevirtv1.CPU{Cores: 4}
+	vm.Spec.Template.Spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "net0", Model: "virtio", MacAddress: "02:00:00:aa:bb:cc"}}
+	v := ConfigView(vm)
+	if v["name"] != "legacy" || v["cores"] != int64(4) || v["sockets"] != int64(1) {
+		t.Fatalf("view %v", v)
+	}
+	if v["net0"] != "virtio=02:00:00:AA:BB:CC,bridge=vmbr0" {
+		t.Fatalf("net0 %v", v["net0"])
+	}
+}
+
+func TestPendingView(t *testing.T) {
+	vm := buildOK(t, map[string]string{"cores": "3"})
+	rows := PendingView(vm)
+	found := false
+	for _, r := range rows {
+		if r.Key == "digest" {
+			t.Fatal("digest must not be a pending row")
+		}
+		if r.Key == "cores" && r.Value == int64(3) && r.Pending == nil {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("rows %+v", rows)
+	}
+}
+
+func FuzzBuildVM(f *testing.F) {
+	f.Add("net0", "virtio,bridge=vmbr0")
+	f.Add("scsi0", "local-lvm:32,iothread=1")
+	f.Add("memory", "current=1024")
+	f.Add("ide2", "local:iso/x.iso,media=cdrom")
+	f.Fuzz(func(t *testing.T, key, value string) {
+		vm, errs := BuildVM(VMRequest{VMID: 100, Node: "n", Namespace: "ns", Config: map[string]string{key: value},
+			StorageExists: func(s string) bool { return s == "local-lvm" }})
+		if (vm == nil) == (len(errs) == 0) {
+			t.Fatalf("exactly one of VM and errors must be set: vm=%v errs=%v", vm != nil, errs)
+		}
+		if vm != nil {
+			_ = ConfigView(vm)
+		}
+	})
+}
