@@ -29,6 +29,9 @@ type APIHandler struct {
 	// Simulate serves an embedded in-memory KubeVirt cluster instead of a
 	// real one (for trying things out and for tests).
 	Simulate bool `json:"simulate,omitempty"`
+	// SimulateVMs adds this many plain VMs to the simulated cluster, for
+	// load tests and demos at scale.
+	SimulateVMs int `json:"simulate_vms,omitempty"`
 	// Kubeconfig is the kubeconfig path; empty means the standard loading
 	// rules ($KUBECONFIG, ~/.kube/config), then the in-cluster config.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
@@ -152,6 +155,9 @@ func (h *APIHandler) Provision(ctx caddy.Context) error {
 func (h *APIHandler) Validate() error {
 	if !h.InsecureNoAuth && len(h.Tokens) == 0 && len(h.Users) == 0 && h.TrustCaddyAuth == "" {
 		return errors.New("proxmox_api: no authentication configured: add a token, a user or trust_caddy_auth (or set insecure_no_auth to serve an open API on purpose)")
+	}
+	if h.SimulateVMs < 0 || h.SimulateVMs > 100000 || (h.SimulateVMs > 0 && !h.Simulate) {
+		return errors.New("proxmox_api: simulate_vms needs simulate and a count from 0 to 100000")
 	}
 	if h.Simulate && h.Kubeconfig != "" {
 		return errors.New("proxmox_api: simulate and kubeconfig are exclusive")

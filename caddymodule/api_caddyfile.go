@@ -5,6 +5,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"strconv"
 )
 
 func init() {
@@ -25,7 +26,9 @@ func parseAPICaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, err
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
 //
 //	proxmox_api {
-//		simulate
+//		simulate {
+//			vms <count>
+//		}
 //		kubeconfig <path>
 //		context <name>
 //		namespace <ns>...
@@ -52,6 +55,21 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.Simulate = true
+			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				switch d.Val() {
+				case "vms":
+					if !d.NextArg() {
+						return d.ArgErr()
+					}
+					n, err := strconv.Atoi(d.Val())
+					if err != nil {
+						return d.Errf("simulate vms: %v", err)
+					}
+					h.SimulateVMs = n
+				default:
+					return d.Errf("unknown simulate option '%s'", d.Val())
+				}
+			}
 		case "insecure_no_auth":
 			if d.NextArg() {
 				return d.ArgErr()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,7 @@ var clusters = caddy.NewUsagePool()
 // backendKey identifies a cluster connection.
 type backendKey struct {
 	simulate      bool
+	simulateVMs   int
 	kubeconfig    string
 	context       string
 	namespaces    string
@@ -46,6 +48,7 @@ func (b *backend) Destruct() error {
 func (h *APIHandler) key() backendKey {
 	return backendKey{
 		simulate:      h.Simulate,
+		simulateVMs:   h.SimulateVMs,
 		kubeconfig:    h.Kubeconfig,
 		context:       h.Context,
 		namespaces:    strings.Join(h.Namespaces, ","),
@@ -72,7 +75,7 @@ func (h *APIHandler) newBackend(logger *zap.Logger) (*backend, error) {
 		Logger:        logger.Named("kube"),
 	}
 	if h.Simulate {
-		return newSimulatedBackend(opts, logger)
+		return newSimulatedBackend(opts, h.SimulateVMs, logger)
 	}
 	cfg, err := restConfig(h.Kubeconfig, h.Context)
 	if err != nil {
@@ -99,8 +102,18 @@ func (h *APIHandler) newBackend(logger *zap.Logger) (*backend, error) {
 
 // newSimulatedBackend runs the same code over an in-memory cluster with the
 // KubeVirt stand-in controller, seeded with a small lab.
-func newSimulatedBackend(opts kube.Options, logger *zap.Logger) (*backend, error) {
-	kc, kv := kubevirtsim.NewFakeClients(kubevirtsim.Seed()...)
+func newSimulatedBackend(opts kube.Options, extraVMs int, logger *zap.Logger) (*backend, error) {
+	objs := kubevirtsim.Seed()
+	if extraVMs > 0 {
+		var nodes []string
+		for _, o := range objs {
+			if n, ok := o.(*corev1.Node); ok {
+				nodes = append(nodes, n.Name)
+			}
+		}
+		objs = append(objs, kubevirtsim.BulkVMs("default", extraVMs, 1000, nodes)...)
+	}
+	kc, kv := kubevirtsim.NewFakeClients(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	ctrl := kubevirtsim.NewController(kv, kc, kubevirtsim.Options{
 		StartDelay: 1500 * time.Millisecond,
@@ -108,6 +121,7 @@ func newSimulatedBackend(opts kube.Options, logger *zap.Logger) (*backend, error
 		Logger:     logger.Named("simulator"),
 	})
 	go func() { _ = ctrl.Run(ctx) }()
+	go forgetActions(ctx, kc, kv)
 	c := kube.New(kc, kv, nil, opts)
 	c.SetVirtAPI(true)
 	if err := c.Start(ctx); err != nil {
@@ -141,4 +155,23 @@ func inClusterNamespace() string {
 		return ns
 	}
 	return "default"
+}
+
+// forgetActions empties the fakes' call records now and then: they keep
+// every call forever, which a long-running simulation cannot afford.
+func forgetActions(ctx context.Context, clients ...any) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, c := range clients {
+				if f, ok := c.(interface{ ClearActions() }); ok {
+					f.ClearActions()
+				}
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // Options configures a Cluster.
@@ -90,8 +93,24 @@ func (c *Cluster) Start(ctx context.Context) error {
 	c.cancel = cancel
 	c.done = make(chan struct{})
 	ns := c.opts.Namespaces
-	bumpVMID := func() { c.vmidGen.Add(1); c.Tasks.poke() }
-	bumpNode := func() { c.nodeGen.Add(1) }
+	// The vmid table depends only on which VMs exist and their vmid
+	// labels; status churn must not force a rebuild.
+	vmChanged := func(old, new any) {
+		o, _ := old.(*kubevirtv1.VirtualMachine)
+		n, _ := new.(*kubevirtv1.VirtualMachine)
+		if o == nil || n == nil || o.Labels[translate.LabelVMID] != n.Labels[translate.LabelVMID] {
+			c.vmidGen.Add(1)
+		}
+		c.Tasks.poke()
+	}
+	vmiChanged := func(any, any) { c.Tasks.poke() }
+	nodeChanged := func(old, new any) {
+		o, _ := old.(*corev1.Node)
+		n, _ := new.(*corev1.Node)
+		if o == nil || n == nil || nodeReady(o) != nodeReady(n) {
+			c.nodeGen.Add(1)
+		}
+	}
 
 	c.vms = newStore(runCtx, c.Kube, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
@@ -100,7 +119,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.KubeVirt.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripVM, bumpVMID)
+	}, c.opts.Resync, nil, stripVM, vmChanged)
 	c.vmis = newStore(runCtx, c.Kube, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
@@ -108,7 +127,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripVMI, c.Tasks.poke)
+	}, c.opts.Resync, nil, stripVMI, vmiChanged)
 	c.nodes = newStore(runCtx, c.Kube, nil, &corev1.Node{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.Kube.CoreV1().Nodes().List(ctx, o)
@@ -116,7 +135,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.Kube.CoreV1().Nodes().Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripNode, bumpNode)
+	}, c.opts.Resync, nil, stripNode, nodeChanged)
 	c.storageClasses = newStore(runCtx, c.Kube, nil, &storagev1.StorageClass{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.Kube.StorageV1().StorageClasses().List(ctx, o)
@@ -213,6 +232,7 @@ func (c *Cluster) Namespaces() []string {
 		}
 		out = append(out, n.Name)
 	}
+	sort.Strings(out)
 	return out
 }
 
@@ -235,6 +255,7 @@ func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
 	for _, o := range c.storageClasses.list() {
 		out = append(out, o.(*storagev1.StorageClass))
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 

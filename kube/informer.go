@@ -2,8 +2,6 @@ package kube
 
 import (
 	"context"
-	"fmt"
-	"sort"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,15 +21,18 @@ type listWatchFuncs struct {
 // store is a read view over one or more namespaced informers of a kind, so
 // that serving a list of namespaces needs no cluster-wide list/watch rights.
 type store struct {
-	byNS     map[string]cache.SharedIndexInformer // "" key = all namespaces
-	onChange func()
+	byNS map[string]cache.SharedIndexInformer // "" key = all namespaces
 }
 
-func newStore(ctx context.Context, semantics any, namespaces []string, obj runtime.Object, lw listWatchFuncs, resync time.Duration, indexers cache.Indexers, transform cache.TransformFunc, onChange func()) *store {
+// changeFunc hears about cache changes; old is nil for an add, new is nil
+// for a delete.
+type changeFunc func(old, new any)
+
+func newStore(ctx context.Context, semantics any, namespaces []string, obj runtime.Object, lw listWatchFuncs, resync time.Duration, indexers cache.Indexers, transform cache.TransformFunc, onChange changeFunc) *store {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s := &store{byNS: map[string]cache.SharedIndexInformer{}, onChange: onChange}
+	s := &store{byNS: map[string]cache.SharedIndexInformer{}}
 	for _, ns := range namespaces {
 		ns := ns
 		src := &cache.ListWatch{
@@ -53,9 +54,9 @@ func newStore(ctx context.Context, semantics any, namespaces []string, obj runti
 		}
 		if onChange != nil {
 			_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(any) { onChange() },
-				UpdateFunc: func(any, any) { onChange() },
-				DeleteFunc: func(any) { onChange() },
+				AddFunc:    func(o any) { onChange(nil, o) },
+				UpdateFunc: func(o, n any) { onChange(o, n) },
+				DeleteFunc: func(o any) { onChange(o, nil) },
 			})
 		}
 		s.byNS[ns] = inf
@@ -102,14 +103,18 @@ func (s *store) get(ns, name string) any {
 	return obj
 }
 
-// list returns every cached object, ordered by namespace/name so that
-// answers are stable between calls.
+// list returns every cached object in no particular order; callers that
+// answer with a list sort by what they show.
 func (s *store) list() []any {
+	if len(s.byNS) == 1 {
+		for _, inf := range s.byNS {
+			return inf.GetStore().List()
+		}
+	}
 	var out []any
 	for _, inf := range s.byNS {
 		out = append(out, inf.GetStore().List()...)
 	}
-	sort.Slice(out, func(i, j int) bool { return objKey(out[i]) < objKey(out[j]) })
 	return out
 }
 
@@ -122,16 +127,7 @@ func (s *store) byIndex(index, value string) []any {
 			out = append(out, items...)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return objKey(out[i]) < objKey(out[j]) })
 	return out
-}
-
-func objKey(o any) string {
-	m, ok := o.(metav1.Object)
-	if !ok {
-		return fmt.Sprint(o)
-	}
-	return m.GetNamespace() + "/" + m.GetName()
 }
 
 // stripMeta drops what the API never reads from cached objects: managed

@@ -16,6 +16,7 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8sscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/testing"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
@@ -51,7 +52,7 @@ var kubevirtStatusResources = []string{
 //
 //   - the Kubernetes clientset is client-go's field-managed fake
 //     (fake.NewClientset) that also fills in uid and creationTimestamp and
-//     honours generateName on create;
+//     honours generateName on create, and whose watches honour selectors;
 //   - the KubeVirt clientset is the generated fake with API-server
 //     semantics (resourceVersion conflicts, status subresource, finalizers,
 //     generation, selectors; see apiServer) whose subresource calls
@@ -60,8 +61,12 @@ var kubevirtStatusResources = []string{
 //     semantics of virt-api. Other subresources return 404.
 //
 // Watches on both fire for every change, including those made by the
-// subresource handlers and by a Controller. Run a Controller on the two
-// clientsets to get VMIs started and stopped.
+// subresource handlers and by a Controller, and never overflow (see
+// watchHub). Run a Controller on the two clientsets to get VMIs started and
+// stopped.
+//
+// The fakes record every call (Actions()); a long-running simulation should
+// call ClearActions() on both now and then to bound that memory.
 func NewFakeClients(objects ...runtime.Object) (kubernetes.Interface, kubevirt.Interface) {
 	var k8sObjects, kvObjects []runtime.Object
 	for _, obj := range objects {
@@ -74,6 +79,9 @@ func NewFakeClients(objects ...runtime.Object) (kubernetes.Interface, kubevirt.I
 
 	k8s := k8sfake.NewClientset(k8sObjects...)
 	k8s.PrependReactor("create", "*", defaultCreateMeta)
+	k8sHub := newWatchHub(k8s.Tracker(), k8sscheme.Scheme, nil, false)
+	k8s.PrependReactor("*", "*", k8sHub.writeGate)
+	k8s.PrependWatchReactor("*", k8sHub.watch)
 
 	// Reactors run while the fake holds its lock, so the subresource
 	// handlers work on a second clientset that shares the object tracker

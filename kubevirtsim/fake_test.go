@@ -2,6 +2,7 @@ package kubevirtsim
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -317,5 +318,98 @@ func TestNewFakeClientsSortsObjects(t *testing.T) {
 	ns, err := k8s.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tmp-"}}, metav1.CreateOptions{})
 	if err != nil || ns.UID == "" || ns.CreationTimestamp.IsZero() || len(ns.Name) != len("tmp-")+5 {
 		t.Fatalf("created namespace: %+v %v", ns, err)
+	}
+}
+
+// The plain tracker panics once a watcher has 100 undelivered events; the
+// fake must survive a consumer that stops reading.
+func TestFakeWatchSurvivesSlowConsumer(t *testing.T) {
+	e := newEnv(t)
+	vms := e.kv.KubevirtV1().VirtualMachines(testNS)
+	w, err := vms.Watch(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := e.createVM(testVM("web", virtv1.RunStrategyHalted))
+	for i := range 250 {
+		vm.Labels = map[string]string{"n": strconv.Itoa(i)}
+		if vm, err = vms.Update(e.ctx, vm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// All events are still delivered, in order.
+	for i := -1; i < 250; i++ {
+		select {
+		case ev := <-w.ResultChan():
+			got := ev.Object.(*virtv1.VirtualMachine)
+			if want := strconv.Itoa(i); i >= 0 && got.Labels["n"] != want {
+				t.Fatalf("event %d has label %q", i, got.Labels["n"])
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("event %d missing", i)
+		}
+	}
+	w.Stop()
+	eventually(t, "result channel closed", func() (bool, string) {
+		select {
+		case _, ok := <-w.ResultChan():
+			return !ok, "open"
+		default:
+			return false, "open"
+		}
+	})
+}
+
+// Many objects and a busy controller: watches without a resourceVersion
+// start with more than the tracker's 100-event buffer, and writes never
+// overflow a watcher.
+func TestFakeManyObjects(t *testing.T) {
+	const n = 400
+	k8s, kv := NewFakeClients(append(Seed(), BulkVMs("default", n, 1000, []string{"kv-node-1.lab.internal"})...)...)
+	e := &env{t: t, ctx: t.Context(), k8s: k8s, kv: kv}
+	w, err := kv.KubevirtV1().VirtualMachines(testNS).Watch(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	e.run(Options{})
+	seen := map[string]bool{}
+	timeout := time.After(waitTimeout)
+	for len(seen) < n+2 { // the bulk VMs plus debian-12 and win-11
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Added {
+				seen[ev.Object.(*virtv1.VirtualMachine).Name] = true
+			}
+		case <-timeout:
+			t.Fatalf("saw %d ADDED events", len(seen))
+		}
+	}
+	// Stop reading: the controller keeps writing without a panic.
+	eventually(t, "every VM carries the controller's finalizer", func() (bool, string) {
+		list, err := kv.KubevirtV1().VirtualMachines(testNS).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		missing := 0
+		for _, vm := range list.Items {
+			if len(vm.Finalizers) == 0 || vm.Status.PrintableStatus == "" {
+				missing++
+			}
+		}
+		return missing == 0, strconv.Itoa(missing) + " VMs not reconciled"
+	})
+	nodes, err := k8s.CoreV1().Nodes().Watch(e.ctx, metav1.ListOptions{FieldSelector: "metadata.name=kv-node-2.lab.internal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nodes.Stop()
+	select {
+	case ev := <-nodes.ResultChan():
+		if ev.Type != watch.Added || ev.Object.(*corev1.Node).Name != "kv-node-2.lab.internal" {
+			t.Errorf("node watch: %s %v", ev.Type, ev.Object)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("node watch delivered nothing")
 	}
 }

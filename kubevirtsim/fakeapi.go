@@ -15,14 +15,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/testing"
 )
 
@@ -42,21 +39,36 @@ import (
 //     only gets a deletionTimestamp and goes away when the last finalizer is
 //     removed);
 //   - list and watch honour label selectors and metadata.name/namespace
-//     field selectors, and watches start at the requested resourceVersion.
+//     field selectors, and watches start at the requested resourceVersion
+//     and never overflow (see watchHub).
 //
 // resourceVersion values equal the tracker's internal per-resource version,
 // so a watch started from an object's resourceVersion delivers exactly the
-// later changes. All writes must go through the reactors (or be serialised
-// with them) for that to hold.
+// later changes. That holds as long as objects are written through the
+// clientsets rather than directly into the tracker.
 type apiServer struct {
-	mu             sync.Mutex
+	mu             sync.Mutex // serialises writes (and resourceVersion bookkeeping)
 	tracker        testing.ObjectTracker
 	scheme         *runtime.Scheme
 	statusResource map[string]bool
+	// rv mirrors the tracker's current resourceVersion per resource (the
+	// tracker increments it on every stored write); stale marks resources
+	// written past the bookkeeping, whose version is read back from the
+	// tracker.
+	rv    map[schema.GroupVersionResource]int64
+	stale map[schema.GroupVersionResource]bool
+	hub   *watchHub
 }
 
 func newAPIServer(tracker testing.ObjectTracker, scheme *runtime.Scheme, statusResources ...string) *apiServer {
-	a := &apiServer{tracker: tracker, scheme: scheme, statusResource: map[string]bool{}}
+	a := &apiServer{
+		tracker:        tracker,
+		scheme:         scheme,
+		statusResource: map[string]bool{},
+		rv:             map[schema.GroupVersionResource]int64{},
+		stale:          map[schema.GroupVersionResource]bool{},
+	}
+	a.hub = newWatchHub(tracker, scheme, &a.mu, true)
 	for _, r := range statusResources {
 		a.statusResource[r] = true
 	}
@@ -72,8 +84,20 @@ func (a *apiServer) install(f *testing.Fake) {
 	f.AddReactor("patch", "*", a.patch)
 	f.AddReactor("delete", "*", a.delete)
 	f.AddReactor("list", "*", a.list)
-	f.AddReactor("*", "*", testing.ObjectReaction(a.tracker))
-	f.AddWatchReactor("*", a.watch)
+	def := testing.ObjectReaction(a.tracker)
+	f.AddReactor("*", "*", func(action testing.Action) (bool, runtime.Object, error) {
+		switch action.GetVerb() {
+		case "create", "update", "patch":
+			// Writes the reactors above pass on (subresource creates,
+			// server-side apply) bump the tracker's version too.
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.hub.waitForRoom()
+			a.stale[action.GetResource()] = true
+		}
+		return def(action)
+	})
+	f.AddWatchReactor("*", a.hub.watch)
 }
 
 // seed stores an initial object like an earlier create would have.
@@ -103,8 +127,12 @@ func (a *apiServer) seed(obj runtime.Object) error {
 	if err != nil {
 		return err
 	}
-	m.SetResourceVersion(rv)
-	return a.tracker.Add(obj)
+	m.SetResourceVersion(strconv.FormatInt(rv, 10))
+	if err := a.tracker.Add(obj); err != nil {
+		return err
+	}
+	a.rv[gvr] = rv
+	return nil
 }
 
 func (a *apiServer) create(action testing.Action) (bool, runtime.Object, error) {
@@ -143,14 +171,16 @@ func (a *apiServer) create(action testing.Action) (bool, runtime.Object, error) 
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.hub.waitForRoom()
 	rv, err := a.nextRV(gvr, gvk)
 	if err != nil {
 		return true, nil, err
 	}
-	m.SetResourceVersion(rv)
+	m.SetResourceVersion(strconv.FormatInt(rv, 10))
 	if err := a.tracker.Create(gvr, obj, ns); err != nil {
 		return true, nil, err
 	}
+	a.rv[gvr] = rv
 	stored, err := a.tracker.Get(gvr, ns, m.GetName())
 	return true, stored, err
 }
@@ -168,6 +198,7 @@ func (a *apiServer) update(action testing.Action) (bool, runtime.Object, error) 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.hub.waitForRoom()
 	old, err := a.tracker.Get(gvr, ns, m.GetName())
 	if err != nil {
 		return true, nil, err
@@ -219,6 +250,7 @@ func (a *apiServer) patch(action testing.Action) (bool, runtime.Object, error) {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.hub.waitForRoom()
 	old, err := a.tracker.Get(gvr, ns, pa.GetName())
 	if err != nil {
 		return true, nil, err
@@ -250,6 +282,7 @@ func (a *apiServer) delete(action testing.Action) (bool, runtime.Object, error) 
 	gvr, ns, name := da.GetResource(), da.GetNamespace(), da.GetName()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.hub.waitForRoom()
 	old, err := a.tracker.Get(gvr, ns, name)
 	if err != nil {
 		return true, nil, err
@@ -281,10 +314,11 @@ func (a *apiServer) delete(action testing.Action) (bool, runtime.Object, error) 
 			if err != nil {
 				return true, nil, err
 			}
-			m.SetResourceVersion(rv)
+			m.SetResourceVersion(strconv.FormatInt(rv, 10))
 			if err := a.tracker.Update(gvr, old, ns); err != nil {
 				return true, nil, err
 			}
+			a.rv[gvr] = rv
 		}
 		return true, nil, nil
 	}
@@ -318,53 +352,6 @@ func (a *apiServer) list(action testing.Action) (bool, runtime.Object, error) {
 		return true, nil, err
 	}
 	return true, list, nil
-}
-
-func (a *apiServer) watch(action testing.Action) (bool, watch.Interface, error) {
-	var opts metav1.ListOptions
-	if wa, ok := action.(testing.WatchActionImpl); ok {
-		opts = wa.ListOptions
-	}
-	sel, err := objectFilter(opts)
-	if err != nil {
-		return true, nil, err
-	}
-	w, err := a.tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
-	if err != nil || sel == nil {
-		return true, w, err
-	}
-	return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) { return e, sel(e.Object) }), nil
-}
-
-// objectFilter turns the label and field selectors of opts into a
-// predicate (nil when there is nothing to filter). Only the metadata.name
-// and metadata.namespace field selectors are supported, as for custom
-// resources without selectable fields.
-func objectFilter(opts metav1.ListOptions) (func(runtime.Object) bool, error) {
-	if opts.LabelSelector == "" && opts.FieldSelector == "" {
-		return nil, nil
-	}
-	ls, err := labels.Parse(opts.LabelSelector)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
-	}
-	fs, err := fields.ParseSelector(opts.FieldSelector)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
-	}
-	for _, r := range fs.Requirements() {
-		if r.Field != "metadata.name" && r.Field != "metadata.namespace" {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("field label not supported: %s", r.Field))
-		}
-	}
-	return func(obj runtime.Object) bool {
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return false
-		}
-		return ls.Matches(labels.Set(m.GetLabels())) &&
-			fs.Matches(fields.Set{"metadata.name": m.GetName(), "metadata.namespace": m.GetNamespace()})
-	}, nil
 }
 
 // merge computes the object an update (or patch) of old to obj stores.
@@ -440,10 +427,11 @@ func (a *apiServer) write(gvr schema.GroupVersionResource, ns string, old, resul
 	if err != nil {
 		return true, nil, err
 	}
-	rm.SetResourceVersion(rv)
+	rm.SetResourceVersion(strconv.FormatInt(rv, 10))
 	if err := a.tracker.Update(gvr, result, ns); err != nil {
 		return true, nil, err
 	}
+	a.rv[gvr] = rv
 	if rm.GetDeletionTimestamp() != nil && len(rm.GetFinalizers()) == 0 {
 		// The last finalizer is gone: the object is deleted (watchers see
 		// its final state in the DELETED event).
@@ -457,21 +445,27 @@ func (a *apiServer) write(gvr schema.GroupVersionResource, ns string, old, resul
 }
 
 // nextRV returns the resourceVersion the tracker will assign to the next
-// write of gvr: its current list resourceVersion plus one. a.mu must be held.
-func (a *apiServer) nextRV(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) (string, error) {
-	list, err := a.tracker.List(gvr, gvk, metav1.NamespaceAll)
-	if err != nil {
-		return "", err
+// stored write of gvr; the caller records it in a.rv once the write
+// succeeded. a.mu must be held.
+func (a *apiServer) nextRV(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) (int64, error) {
+	cur, ok := a.rv[gvr]
+	if !ok || a.stale[gvr] {
+		// The tracker reports its current version as the list version.
+		list, err := a.tracker.List(gvr, gvk, metav1.NamespaceAll)
+		if err != nil {
+			return 0, err
+		}
+		lm, err := meta.ListAccessor(list)
+		if err != nil {
+			return 0, err
+		}
+		if cur, err = strconv.ParseInt(lm.GetResourceVersion(), 10, 64); err != nil {
+			return 0, err
+		}
+		a.rv[gvr] = cur
+		delete(a.stale, gvr)
 	}
-	lm, err := meta.ListAccessor(list)
-	if err != nil {
-		return "", err
-	}
-	cur, err := strconv.ParseInt(lm.GetResourceVersion(), 10, 64)
-	if err != nil {
-		return "", err
-	}
-	return strconv.FormatInt(cur+1, 10), nil
+	return cur + 1, nil
 }
 
 func (a *apiServer) kindOf(obj runtime.Object) (schema.GroupVersionKind, error) {

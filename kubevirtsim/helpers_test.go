@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -39,11 +38,19 @@ type env struct {
 	sub *Subresources
 }
 
-// newEnv returns fake clients holding objs plus three ready test nodes.
+// newClients makes the clients a test environment runs against. The tests
+// use the fakes; a build-tagged file may point this at a real API server
+// with the KubeVirt CRDs (tests then need their own namespace each, and the
+// tests in fake_test.go are about the fakes only).
+var newClients = func(t *testing.T, objs ...runtime.Object) (kubernetes.Interface, kubevirt.Interface) {
+	return NewFakeClients(objs...)
+}
+
+// newEnv returns clients holding objs plus three ready test nodes.
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	t.Helper()
 	objs = append([]runtime.Object{testNode("node-a"), testNode("node-b"), testNode("node-c")}, objs...)
-	k8s, kv := NewFakeClients(objs...)
+	k8s, kv := newClients(t, objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return &env{t: t, ctx: ctx, k8s: k8s, kv: kv, sub: &Subresources{KV: kv}}
@@ -324,11 +331,4 @@ func (r *statusRecorder) requireSequence(t *testing.T, name string, want ...virt
 		}
 		return i == len(want), fmt.Sprint(got)
 	})
-}
-
-func uidOf(vmi *virtv1.VirtualMachineInstance) types.UID {
-	if vmi == nil {
-		return ""
-	}
-	return vmi.UID
 }

@@ -3,10 +3,8 @@ package kubevirtsim
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -786,11 +784,6 @@ func hashBytes(parts ...string) []byte {
 		h.Write([]byte{0})
 	}
 	return h.Sum(nil)
-}
-
-func hashString(parts ...string) string {
-	b := hashBytes(parts...)
-	return strconv.FormatUint(binary.BigEndian.Uint64(b[:8]), 16)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -32,7 +32,7 @@ func CPUTopology(vm *kubevirtv1.VirtualMachine) (sockets, cores int) {
 	if vm.Spec.Template == nil {
 		return
 	}
-	d := vm.Spec.Template.Spec.Domain
+	d := &vm.Spec.Template.Spec.Domain // a pointer: DomainSpec is large
 	if d.CPU != nil {
 		if d.CPU.Sockets > 0 {
 			sockets = int(d.CPU.Sockets)
@@ -58,7 +58,7 @@ func MemoryBytes(vm *kubevirtv1.VirtualMachine) int64 {
 	if vm.Spec.Template == nil {
 		return 0
 	}
-	d := vm.Spec.Template.Spec.Domain
+	d := &vm.Spec.Template.Spec.Domain // a pointer: DomainSpec is large
 	if d.Memory != nil && d.Memory.Guest != nil {
 		return d.Memory.Guest.Value()
 	}

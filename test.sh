@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every test of caddy-proxmox on a fresh machine: installs what the
+# tests need (Debian's python3-proxmoxer and ansible, the kube-apiserver and
+# etcd built from the Go module proxy), then vets, tests and briefly fuzzes.
+#
+#   ./test.sh              everything
+#   FUZZTIME=10s ./test.sh longer fuzzing
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need_apt=()
+/usr/bin/python3 -c 'import proxmoxer, requests' 2>/dev/null || need_apt+=(python3-proxmoxer python3-requests)
+command -v ansible-playbook >/dev/null 2>&1 || need_apt+=(ansible)
+if [ ${#need_apt[@]} -gt 0 ]; then
+	echo "== installing ${need_apt[*]} (Debian)"
+	SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+echo "== test cluster binaries (cached after the first build)"
+CADDY_PROXMOX_TESTBIN=$(testenv/build-binaries.sh)
+export CADDY_PROXMOX_TESTBIN
+
+echo "== gofmt, go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './testenv/tools/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt needed:"; echo "$unformatted"; exit 1
+fi
+go vet ./...
+
+echo "== go test"
+go test -count=1 -timeout 20m ./...
+
+echo "== fuzzing (${FUZZTIME:=3s} per target)"
+for pkg in $(go list ./...); do
+	dir=$(go list -f '{{.Dir}}' "$pkg")
+	for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
+		go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" >/dev/null \
+			|| { echo "fuzz $pkg $target failed"; go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME"; exit 1; }
+		echo "fuzz ok: $pkg $target"
+	done
+done
+echo "all tests passed"
