@@ -1,6 +1,7 @@
 package caddymodule_test
 
 import (
+	"golang.org/x/crypto/bcrypt"
 	"fmt"
 	"os"
 	"sync"
@@ -17,6 +18,7 @@ const (
 )
 
 var (
+	ssoPort    int
 	sharedOnce sync.Once
 	sharedAPI  *testcaddy.PVE
 )
@@ -26,7 +28,26 @@ var (
 func shared(t *testing.T) *testcaddy.PVE {
 	sharedOnce.Do(func() {
 		port := testcaddy.FreePort(t)
+		ssoPort = testcaddy.FreePort(t)
+		hash, err := bcrypt.GenerateFromPassword([]byte("sso-pass"), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
 		testcaddy.Load(t, testcaddy.Globals(os.TempDir()+"/caddy-proxmox-test")+fmt.Sprintf(`
+https://localhost:%d {
+	tls internal
+	handle /metrics {
+		metrics
+	}
+	basic_auth /api2/* {
+		carol %s
+	}
+	proxmox_api {
+		simulate
+		trust_caddy_auth sso
+	}
+}
+`, ssoPort, hash)+fmt.Sprintf(`
 https://localhost:%d {
 	tls internal
 	proxmox_api {
