@@ -108,14 +108,14 @@ func (h *APIHandler) getQemuConfig(q *request) (any, *apiError) {
 	return translate.ConfigView(g.VM), nil
 }
 
-// getQemuPending lists the config as PVE's pending view; with no pending
-// changes every entry has only key and value.
+// getQemuPending lists the config as PVE's pending view: entries whose
+// running value differs from the configured one carry "pending".
 func (h *APIHandler) getQemuPending(q *request) (any, *apiError) {
 	g, e := h.guest(q)
 	if e != nil {
 		return nil, e
 	}
-	return translate.PendingView(g.VM), nil
+	return translate.PendingView(g.VM, g.VMI), nil
 }
 
 // taskTimeout reads PVE's timeout= (seconds) for power tasks.

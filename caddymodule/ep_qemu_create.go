@@ -62,11 +62,7 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	if q.c.VMIDTaken(vmid) {
 		return nil, newError(http.StatusInternalServerError, "VM %d already exists", vmid)
 	}
-	vm, perrs := translate.BuildVM(translate.VMRequest{
-		VMID: vmid, Node: n.Name, Namespace: ns, Config: cfg,
-		NameTaken:     func(name string) bool { return q.c.VMNameTaken(ns, name) },
-		StorageExists: q.c.StorageClassExists,
-	})
+	vm, perrs := translate.BuildVM(h.vmRequest(q, vmid, n.Name, ns, cfg))
 	if len(perrs) > 0 {
 		return nil, paramError(perrs)
 	}
@@ -80,6 +76,10 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 		// VMs. Undo ours rather than leave an ambiguous id behind.
 		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), kube.Guest{VMID: vmid, VM: created})
 		return nil, newError(http.StatusInternalServerError, "VM %d already exists", vmid)
+	}
+	if e := h.applyCloudInit(q, vmid, created, cfg["cipassword"], true); e != nil {
+		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), g)
+		return nil, e
 	}
 	line := fmt.Sprintf("created VM %d as %s/%s", vmid, created.Namespace, created.Name)
 	if !start {

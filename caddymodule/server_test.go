@@ -1,11 +1,12 @@
 package caddymodule_test
 
 import (
-	"golang.org/x/crypto/bcrypt"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 

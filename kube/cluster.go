@@ -175,6 +175,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		for _, inf := range s.byNS {
 			if !cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced) {
 				cancel()
+				close(c.done) // no task worker runs; Stop must not wait for one
 				return fmt.Errorf("waiting for the cluster caches to sync: %w", errors.Join(syncCtx.Err(), errors.New("informers did not sync (check the kubeconfig and RBAC)")))
 			}
 		}

@@ -2,9 +2,12 @@ package kube
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -87,3 +90,18 @@ func sortGuests(gs []Guest) {
 
 // VMNameTaken tells whether a VM named name exists in namespace ns.
 func (c *Cluster) VMNameTaken(ns, name string) bool { return c.vms.get(ns, name) != nil }
+
+// Refresh re-reads g's VM from the apiserver (not the cache), for a write
+// that lost a race with another writer (KubeVirt updates VMs often). It
+// fails with ErrNotFound when the VM is gone or was replaced by a namesake.
+func (c *Cluster) Refresh(ctx context.Context, g Guest) (Guest, error) {
+	vm, err := c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && vm.UID != g.VM.UID) {
+		return Guest{}, ErrNotFound
+	}
+	if err != nil {
+		return Guest{}, err
+	}
+	g.VM = vm
+	return g, nil
+}

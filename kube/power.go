@@ -86,14 +86,17 @@ func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error
 }
 
 // RestartVM stops and starts the VM, applying pending changes. Without
-// virt-api the instance is deleted and the run strategy brings it back.
+// virt-api the instance is deleted and the run strategy brings it back:
+// only Always (and Once) start a new instance when one is deleted;
+// RerunOnFailure restarts failed instances only, so the VM is switched to
+// Always first.
 func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
 	if c.power.detect(ctx) {
 		return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
 	}
 	rs, _ := g.VM.RunStrategy()
-	if rs != kubevirtv1.RunStrategyAlways && rs != kubevirtv1.RunStrategyRerunOnFailure {
-		if err := c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyRerunOnFailure); err != nil {
+	if rs != kubevirtv1.RunStrategyAlways && rs != kubevirtv1.RunStrategyOnce {
+		if err := c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyAlways); err != nil {
 			return err
 		}
 	}

@@ -189,6 +189,17 @@ func (ts *Tasks) List(node string) []*Task {
 		add(t.copy())
 	}
 	ts.mu.Unlock()
+	// Answer what Get would: a task whose goal is met is ended, even if
+	// the worker has not recorded it yet.
+	now := time.Now()
+	for _, t := range out {
+		if t.Running() {
+			if done, exit, lines := ts.evaluate(t, now); done {
+				t.Log = append(t.Log, lines...)
+				t.finish(exit, now)
+			}
+		}
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].UPID.StartTime != out[j].UPID.StartTime {
 			return out[i].UPID.StartTime > out[j].UPID.StartTime
@@ -312,7 +323,13 @@ func (ts *Tasks) prune(ctx context.Context, now time.Time) {
 		err := ts.c.Kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Delete(ctx, t.cmName, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			ts.c.logger.Debug("pruning task", zap.String("upid", t.UPID.String()), zap.Error(err))
+			continue
 		}
+		// Tasks that ended at once (GoalNone, spec.Err) are never persisted
+		// again, so only this drops them from the write-through map.
+		ts.mu.Lock()
+		delete(ts.recent, t.UPID.String())
+		ts.mu.Unlock()
 	}
 }
 

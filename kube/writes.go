@@ -2,7 +2,15 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -40,4 +48,108 @@ func (c *Cluster) DeleteVM(ctx context.Context, g Guest) error {
 		Preconditions:     &metav1.Preconditions{UID: &uid},
 		PropagationPolicy: &bg,
 	})
+}
+
+// jsonPointerEscape escapes a key for a JSON patch path.
+func jsonPointerEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// ReplaceVM writes want's template spec, DataVolume templates, labels
+// and the given annotations onto the VM, guarded by UID and
+// resourceVersion: a VM that changed since it was read is never
+// overwritten with a stale view.
+func (c *Cluster) ReplaceVM(ctx context.Context, g Guest, want *kubevirtv1.VirtualMachine, annotations ...string) (*kubevirtv1.VirtualMachine, error) {
+	ops := []patchOp{
+		{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)},
+		{Op: "test", Path: "/metadata/resourceVersion", Value: g.VM.ResourceVersion},
+		{Op: "replace", Path: "/spec/template/spec", Value: want.Spec.Template.Spec},
+		{Op: "add", Path: "/spec/dataVolumeTemplates", Value: want.Spec.DataVolumeTemplates},
+	}
+	if want.Spec.RunStrategy != nil {
+		ops = append(ops, patchOp{Op: "add", Path: "/spec/runStrategy", Value: string(*want.Spec.RunStrategy)})
+	}
+	if g.VM.Annotations == nil {
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
+	}
+	for _, k := range annotations {
+		if v, ok := want.Annotations[k]; ok {
+			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(k), Value: v})
+		} else if _, had := g.VM.Annotations[k]; had {
+			ops = append(ops, patchOp{Op: "remove", Path: "/metadata/annotations/" + jsonPointerEscape(k)})
+		}
+	}
+	if g.VM.Labels == nil {
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{}})
+	}
+	for k, v := range want.Labels {
+		if g.VM.Labels[k] != v {
+			ops = append(ops, patchOp{Op: "add", Path: "/metadata/labels/" + jsonPointerEscape(k), Value: v})
+		}
+	}
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("encoding patch: %w", err)
+	}
+	out, err := c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
+	if err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+			return nil, fmt.Errorf("%w: %v", ErrModified, err)
+		}
+		return nil, err
+	}
+	if inf := c.vms.informerFor(out.Namespace); inf != nil {
+		if cp, err := stripVM(out.DeepCopy()); err == nil {
+			_ = inf.GetStore().Update(cp)
+		}
+	}
+	return out, nil
+}
+
+// ErrModified means the VM changed between read and write.
+var ErrModified = errors.New("detected modified configuration - file changed by other user? Try again.")
+
+// PVC returns a PersistentVolumeClaim (a direct read: claims are not
+// cached, as only writes need them).
+func (c *Cluster) PVC(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	return c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// ResizePVC grows a claim's storage request.
+func (c *Cluster) ResizePVC(ctx context.Context, ns, name string, bytes int64) error {
+	body := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, resource.NewQuantity(bytes, resource.BinarySI).String())
+	_, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+	return err
+}
+
+// ApplySecret creates or replaces a Secret owned by the VM, so that it goes
+// when the VM goes.
+func (c *Cluster) ApplySecret(ctx context.Context, vm *kubevirtv1.VirtualMachine, name string, data map[string][]byte) error {
+	ctrl := true
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: vm.Namespace,
+			Labels:          map[string]string{"app.kubernetes.io/managed-by": "caddy-proxmox"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: vm.Name, UID: vm.UID, Controller: &ctrl}},
+		},
+		Data: data,
+	}
+	secrets := c.Kube.CoreV1().Secrets(vm.Namespace)
+	cur, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = secrets.Create(ctx, s, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	cur.Data = data
+	cur.OwnerReferences = s.OwnerReferences
+	_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{})
+	return err
+}
+
+// Secret reads a Secret (direct read; secrets are never cached).
+func (c *Cluster) Secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	return c.Kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 }

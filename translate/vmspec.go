@@ -1,8 +1,6 @@
 package translate
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"regexp"
 	"sort"
@@ -16,7 +14,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
-// VMRequest is a validated-to-be PVE create call.
+// VMRequest is a PVE create or config call to map onto a VirtualMachine.
 type VMRequest struct {
 	VMID      int
 	Node      string // PVE node, kept as the VM's stable home node
@@ -27,6 +25,9 @@ type VMRequest struct {
 	NameTaken func(name string) bool
 	// StorageExists reports whether a PVE storage (StorageClass) exists.
 	StorageExists func(name string) bool
+	// ISOSize reports the size of the PVC holding an ISO image, by the
+	// claim name ISOClaimName gives; ok is false when there is none.
+	ISOSize func(claim string) (bytes int64, ok bool)
 }
 
 // msgNotInSchema is PVE's text for an unknown parameter.
@@ -49,14 +50,23 @@ var dnsNameRE = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9\-]*[a-z0-9])?(\.[a-z0-
 // newDiskRE is qemu-server's NEW_DISK_RE: "[storage:]size-in-GiB".
 var newDiskRE = regexp.MustCompile(`^(([^/:\s]+):)?(\d+(\.\d+)?)$`)
 
-var diskKeyRE = regexp.MustCompile(`^(scsi|virtio|sata|ide)(\d+)$`)
-var netKeyRE = regexp.MustCompile(`^net(\d+)$`)
+var (
+	diskKeyRE = regexp.MustCompile(`^(scsi|virtio|sata|ide)(\d+)$`)
+	netKeyRE  = regexp.MustCompile(`^net(\d+)$`)
+	// ownVolRE matches volumes this mapping created: vm-<vmid>-disk-<n>.
+	ownVolRE = regexp.MustCompile(`^([^/:\s]+):(vm-(\d+)-disk-(\d+))$`)
+	isoRE    = regexp.MustCompile(`^([^/:\s]+):iso/([^/\s]+)$`)
+	ciVolRE  = regexp.MustCompile(`^([^/:\s]+):(cloudinit|vm-\d+-cloudinit)$`)
+)
 
 // supportedNICModels are PVE NIC models KubeVirt also has.
 var supportedNICModels = map[string]bool{"virtio": true, "e1000": true, "e1000e": true, "rtl8139": true, "pcnet": true, "ne2k_pci": true, "igb": true}
 
-// k8sNameRE keeps what a DNS-1123 label allows.
+// k8sBadRE matches what a DNS-1123 label does not allow.
 var k8sBadRE = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// DefaultBridge is the PVE bridge that stands for the pod network.
+const DefaultBridge = "vmbr0"
 
 // KubeName derives a VM object name from a PVE name.
 func KubeName(pveName string, vmid int) string {
@@ -71,8 +81,24 @@ func KubeName(pveName string, vmid int) string {
 	return n
 }
 
-// BuildVM maps a PVE create call onto a KubeVirt VirtualMachine. Errors are
-// per parameter, in PVE's words; when any is returned the VM is nil and
+// ISOClaimName is the PVC that holds the ISO image a PVE volume id like
+// "local:iso/debian-12.iso" names: the file name made a DNS label, in the
+// VM's namespace (PVE ISO storages are shared; here each namespace keeps
+// the images its VMs use).
+func ISOClaimName(file string) string {
+	n := k8sBadRE.ReplaceAllString(strings.ToLower(file), "-")
+	n = strings.Trim(n, "-")
+	if len(n) > 63 {
+		n = strings.TrimRight(n[:63], "-")
+	}
+	return n
+}
+
+// CloudInitSecretName is the Secret holding a VM's cloud-init data.
+func CloudInitSecretName(vmid int) string { return fmt.Sprintf("vm-%d-cloudinit", vmid) }
+
+// BuildVM maps a PVE create call onto a new KubeVirt VirtualMachine. Errors
+// are per parameter, in PVE's words; when any is returned the VM is nil and
 // nothing must be written.
 func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 	errs := map[string]string{}
@@ -85,9 +111,6 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 		cfg[k] = v
 	}
 	name := cfg["name"]
-	if name != "" && (!dnsNameRE.MatchString(name) || len(name) > 253) {
-		errs["name"] = "invalid format - value does not look like a valid DNS name"
-	}
 	kname := KubeName(name, req.VMID)
 	if req.NameTaken != nil && req.NameTaken(kname) {
 		kname = KubeName(kname+"-"+strconv.Itoa(req.VMID), req.VMID)
@@ -95,6 +118,73 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 			kname = "pve-" + strconv.Itoa(req.VMID)
 		}
 	}
+	rs := kubevirtv1.RunStrategyManual
+	vm := &kubevirtv1.VirtualMachine{
+		TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: kname, Namespace: req.Namespace,
+			Labels:      map[string]string{LabelVMID: strconv.Itoa(req.VMID)},
+			Annotations: map[string]string{AnnotationNode: req.Node},
+		},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: &rs,
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelVMID: strconv.Itoa(req.VMID)}},
+			},
+		},
+	}
+	switch strings.ToLower(cfg["template"]) {
+	case "1", "yes", "on", "true":
+		vm.Labels[LabelTemplate] = "true"
+		halted := kubevirtv1.RunStrategyHalted
+		vm.Spec.RunStrategy = &halted
+	}
+	applyConfig(vm, req, cfg, errs)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return vm, nil
+}
+
+// UpdateVM applies a PVE config change (new values, keys to delete) to a
+// copy of vm. Errors are per parameter; on any error the VM is nil.
+func UpdateVM(vm *kubevirtv1.VirtualMachine, req VMRequest, deletes []string) (*kubevirtv1.VirtualMachine, map[string]string) {
+	errs := map[string]string{}
+	cfg := configStrings(vm)
+	for _, k := range deletes {
+		if !ValidConfigKey(k) {
+			errs["delete"] = fmt.Sprintf("invalid format - unknown configuration key '%s'", k)
+			continue
+		}
+		if _, ok := req.Config[k]; ok {
+			errs["delete"] = fmt.Sprintf("cannot set and delete '%s' at the same time", k)
+			continue
+		}
+		delete(cfg, k)
+	}
+	for k, v := range req.Config {
+		if !ValidConfigKey(k) {
+			errs[k] = msgNotInSchema
+			continue
+		}
+		cfg[k] = v
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	out := vm.DeepCopy()
+	applyConfig(out, req, cfg, errs)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return out, nil
+}
+
+// applyConfig writes every PVE key with a KubeVirt meaning into vm's
+// template and stores the whole config (normalised the way PVE prints it)
+// in the config annotation. Parts of the spec no PVE key owns (volumes and
+// devices under other names, the firmware UUID, ...) are left alone.
+func applyConfig(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, errs map[string]string) {
 	intIn := func(key string, def, lo, hi int) int {
 		v, ok := cfg[key]
 		if !ok {
@@ -114,24 +204,23 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 		}
 		return def
 	}
-	boolIn := func(key string) bool {
-		v, ok := cfg[key]
+	for _, k := range boolKeys {
+		v, ok := cfg[k]
 		if !ok {
-			return false
+			continue
 		}
 		switch strings.ToLower(v) {
 		case "1", "yes", "on", "true":
-			cfg[key] = "1"
-			return true
+			cfg[k] = "1"
 		case "0", "no", "off", "false":
-			cfg[key] = "0"
-			return false
+			cfg[k] = "0"
+		default:
+			errs[k] = fmt.Sprintf("type check ('boolean') failed - got '%s'", v)
 		}
-		errs[key] = fmt.Sprintf("type check ('boolean') failed - got '%s'", v)
-		return false
 	}
-	for _, k := range boolKeys {
-		boolIn(k)
+	name := cfg["name"]
+	if name != "" && (!dnsNameRE.MatchString(name) || len(name) > 253) {
+		errs["name"] = "invalid format - value does not look like a valid DNS name"
 	}
 	sockets := intIn("sockets", 1, 1, 4096)
 	cores := intIn("cores", 1, 1, 1024)
@@ -146,6 +235,9 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 		}
 	}
 	balloon := intIn("balloon", -1, 0, 4194304)
+	if balloon > 0 && int64(balloon) > memMiB {
+		errs["balloon"] = "balloon value too large (must be smaller than assigned memory)"
+	}
 	if v, ok := cfg["tags"]; ok {
 		tags, err := ParseTags(v)
 		if err != nil {
@@ -157,49 +249,72 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 	if v, ok := cfg["description"]; ok && len(v) > 8192 {
 		errs["description"] = "value may only be 8192 characters long"
 	}
+	if b := cfg["bios"]; b != "" && b != "seabios" && b != "ovmf" {
+		errs["bios"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'seabios, ovmf'", b)
+	}
+	if a, ok := cfg["agent"]; ok {
+		if !AgentEnabled(a) && !strings.HasPrefix(a, "0") && !strings.HasPrefix(a, "enabled=0") {
+			errs["agent"] = fmt.Sprintf("invalid format - value '%s' is not a valid agent setting", a)
+		}
+	}
 
-	spec := kubevirtv1.VirtualMachineInstanceSpec{
-		Domain: kubevirtv1.DomainSpec{
-			CPU:    &kubevirtv1.CPU{Sockets: uint32(sockets), Cores: uint32(cores), Threads: 1},
-			Memory: &kubevirtv1.Memory{},
-		},
+	spec := &vm.Spec.Template.Spec
+	d := &spec.Domain
+	if d.CPU == nil {
+		d.CPU = &kubevirtv1.CPU{}
+	}
+	d.CPU.Sockets, d.CPU.Cores, d.CPU.Threads = uint32(sockets), uint32(cores), 1
+	d.CPU.Model = ""
+	if cpu := cfg["cpu"]; cpu != "" {
+		model := strings.TrimPrefix(strings.SplitN(cpu, ",", 2)[0], "cputype=")
+		if model == "host" {
+			d.CPU.Model = kubevirtv1.CPUModeHostPassthrough
+		}
+	}
+	if d.Memory == nil {
+		d.Memory = &kubevirtv1.Memory{}
 	}
 	q := MiBToQuantity(memMiB)
-	spec.Domain.Memory.Guest = &q
-	if balloon == 0 {
+	d.Memory.Guest = &q
+	d.Devices.AutoattachMemBalloon = nil
+	delete(d.Resources.Requests, corev1.ResourceMemory)
+	switch {
+	case balloon == 0:
 		off := false
-		spec.Domain.Devices.AutoattachMemBalloon = &off
-	}
-	if balloon > 0 {
-		spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: MiBToQuantity(int64(balloon))}
-	}
-	if cpu := cfg["cpu"]; cpu != "" {
-		model := cpu
-		if i := strings.IndexByte(model, ','); i >= 0 {
-			model = model[:i]
+		d.Devices.AutoattachMemBalloon = &off
+	case balloon > 0:
+		if d.Resources.Requests == nil {
+			d.Resources.Requests = corev1.ResourceList{}
 		}
-		model = strings.TrimPrefix(model, "cputype=")
-		if model == "host" {
-			spec.Domain.CPU.Model = kubevirtv1.CPUModeHostPassthrough
-		}
+		d.Resources.Requests[corev1.ResourceMemory] = MiBToQuantity(int64(balloon))
 	}
+	d.Machine = nil
 	if m := cfg["machine"]; m != "" {
 		// KubeVirt allows only q35 machine types by default; PVE's "pc"
 		// (i440fx) runs as q35, and the config keeps what the client sent.
+		typ := "q35"
 		if strings.Contains(m, "q35") {
-			spec.Domain.Machine = &kubevirtv1.Machine{Type: strings.TrimSuffix(m, "+pve0")}
-		} else {
-			spec.Domain.Machine = &kubevirtv1.Machine{Type: "q35"}
+			typ = strings.TrimSuffix(m, "+pve0")
 		}
+		d.Machine = &kubevirtv1.Machine{Type: typ}
+	}
+	if d.Firmware == nil {
+		d.Firmware = &kubevirtv1.Firmware{}
 	}
 	if cfg["bios"] == "ovmf" {
 		sb := false
-		spec.Domain.Firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: &sb}}}
-	} else if b := cfg["bios"]; b != "" && b != "seabios" {
-		errs["bios"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'seabios, ovmf'", b)
+		d.Firmware.Bootloader = &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: &sb}}
+	} else {
+		d.Firmware.Bootloader = nil
 	}
+	spec.Hostname = ""
 	if name != "" && dnsNameRE.MatchString(name) && !strings.Contains(name, ".") && len(name) <= 63 {
 		spec.Hostname = strings.ToLower(name)
+	}
+	if name != "" {
+		vm.Annotations[AnnotationName] = name
+	} else {
+		delete(vm.Annotations, AnnotationName)
 	}
 
 	bootOrder := map[string]uint{}
@@ -210,17 +325,65 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 			}
 		}
 	}
-
-	// Networks, in index order so the first vmbr0 NIC gets the pod network.
-	var netKeys []string
-	for k := range cfg {
-		if netKeyRE.MatchString(k) {
-			netKeys = append(netKeys, k)
+	for k, v := range cfg {
+		if strings.HasPrefix(k, "ipconfig") {
+			c, err := ParseIPConfig(v)
+			if err != nil {
+				errs[k] = err.Error()
+				continue
+			}
+			cfg[k] = c.String()
 		}
 	}
-	sortIndexed(netKeys)
+	if v, ok := cfg["sshkeys"]; ok {
+		if _, err := SSHKeys(v); err != nil {
+			errs["sshkeys"] = err.Error()
+		}
+	}
+	if t := cfg["citype"]; t != "" && t != "nocloud" && t != "configdrive2" {
+		errs["citype"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'configdrive2, nocloud, opennebula'", t)
+	}
+	applyNets(vm, req, cfg, bootOrder, errs)
+	applyDrives(vm, req, cfg, bootOrder, errs)
+	delete(cfg, "template")
+	if vm.Labels[LabelTemplate] == "true" {
+		cfg["template"] = "1"
+	}
+	if v := cfg["cipassword"]; v != "" {
+		// The password itself lives in the cloud-init Secret only.
+		cfg["cipassword"] = MaskedPassword
+	}
+	vm.Annotations[AnnotationConfig] = EncodeConfig(cfg)
+}
+
+// MaskedPassword is how PVE shows cipassword.
+const MaskedPassword = "**********"
+
+// applyNets maps netN keys onto interfaces and networks of the same name.
+func applyNets(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, bootOrder map[string]uint, errs map[string]string) {
+	spec := &vm.Spec.Template.Spec
+	var keys []string
+	for k := range cfg {
+		if netKeyRE.MatchString(k) {
+			keys = append(keys, k)
+		}
+	}
+	sortIndexed(keys)
+	var ifaces []kubevirtv1.Interface
+	for _, i := range spec.Domain.Devices.Interfaces {
+		if !netKeyRE.MatchString(i.Name) {
+			ifaces = append(ifaces, i) // not ours: keep
+		}
+	}
+	var nets []kubevirtv1.Network
 	podUsed := false
-	for _, k := range netKeys {
+	for _, n := range spec.Networks {
+		if !netKeyRE.MatchString(n.Name) {
+			nets = append(nets, n)
+			podUsed = podUsed || n.Pod != nil
+		}
+	}
+	for _, k := range keys {
 		ns, err := ParseNetSpec(cfg[k])
 		if err != nil {
 			errs[k] = err.Error()
@@ -253,127 +416,230 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 			iface.InterfaceBindingMethod = kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}
 			network.NetworkSource = kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: ns.Bridge}}
 		}
-		spec.Domain.Devices.Interfaces = append(spec.Domain.Devices.Interfaces, iface)
-		spec.Networks = append(spec.Networks, network)
+		ifaces = append(ifaces, iface)
+		nets = append(nets, network)
 		cfg[k] = ns.String()
 	}
-	if len(netKeys) == 0 {
+	spec.Domain.Devices.Interfaces = ifaces
+	spec.Networks = nets
+	spec.Domain.Devices.AutoattachPodInterface = nil
+	if len(ifaces) == 0 {
 		// PVE without netN has no NIC; KubeVirt would add a default one.
 		no := false
 		spec.Domain.Devices.AutoattachPodInterface = &no
 	}
+}
 
-	// Disks.
-	var dvs []kubevirtv1.DataVolumeTemplateSpec
-	var diskKeys []string
+// applyDrives maps disk keys onto disks, volumes and DataVolume templates
+// of the same name. Existing volumes (vm-<id>-disk-<n>) are kept; new
+// "<storage>:<GiB>" disks get the next free index.
+func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, bootOrder map[string]uint, errs map[string]string) {
+	spec := &vm.Spec.Template.Spec
+	var keys []string
 	for k := range cfg {
 		if diskKeyRE.MatchString(k) {
-			diskKeys = append(diskKeys, k)
+			keys = append(keys, k)
 		}
 	}
-	sortIndexed(diskKeys)
-	diskIndex := 0
-	for _, k := range diskKeys {
+	sortIndexed(keys)
+	var disks []kubevirtv1.Disk
+	for _, d := range spec.Domain.Devices.Disks {
+		if !diskKeyRE.MatchString(d.Name) {
+			disks = append(disks, d)
+		}
+	}
+	var vols []kubevirtv1.Volume
+	for _, v := range spec.Volumes {
+		if !diskKeyRE.MatchString(v.Name) {
+			vols = append(vols, v)
+		}
+	}
+	existingDV := map[string]kubevirtv1.DataVolumeTemplateSpec{}
+	next := 0
+	for _, dv := range vm.Spec.DataVolumeTemplates {
+		existingDV[dv.Name] = dv
+		if m := ownVolRE.FindStringSubmatch("x:" + dv.Name); m != nil {
+			if n, _ := strconv.Atoi(m[4]); n >= next {
+				next = n + 1
+			}
+		}
+	}
+	usedDV := map[string]bool{}
+	var ciDrive string
+	for _, k := range keys {
 		d, err := parseDrive(cfg[k])
 		if err != nil {
 			errs[k] = err.Error()
 			continue
 		}
 		bus := diskBus(k)
-		if d.opts["media"] == "cdrom" {
-			if d.file != "none" && d.file != "cdrom" {
-				errs[k] = fmt.Sprintf("CD-ROM image '%s' is not supported yet: only empty drives ('none') can be created for now", d.file)
-			}
-			continue // an empty drive has no KubeVirt form; the config keeps it
-		}
-		m := newDiskRE.FindStringSubmatch(d.file)
-		if m == nil {
-			errs[k] = fmt.Sprintf("volume '%s' is not supported yet: only new disks '<storage>:<size in GiB>' can be created for now", d.file)
-			continue
-		}
-		storage := m[2]
-		if storage == "" {
-			errs[k] = "missing storage ID in '" + d.file + "'"
-			continue
-		}
-		if req.StorageExists != nil && !req.StorageExists(storage) {
-			errs[k] = fmt.Sprintf("storage '%s' does not exist", storage)
-			continue
-		}
-		gib, _ := strconv.ParseFloat(m[3], 64)
-		bytes := int64(gib * (1 << 30))
-		if bytes <= 0 {
-			errs[k] = "disk size must be greater than zero"
-			continue
-		}
-		bytes = (bytes + (1<<20 - 1)) &^ (1<<20 - 1) // whole MiB, as PVE allocates
-		volName := fmt.Sprintf("vm-%d-disk-%d", req.VMID, diskIndex)
-		diskIndex++
-		sc := storage
-		dvs = append(dvs, kubevirtv1.DataVolumeTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Name: volName},
-			Spec: cdiv1.DataVolumeSpec{
-				Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
-				Storage: &cdiv1.StorageSpec{
-					StorageClassName: &sc,
-					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(bytes, resource.BinarySI)}},
-				},
-			},
-		})
-		disk := kubevirtv1.Disk{Name: k, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}}
+		disk := kubevirtv1.Disk{Name: k}
 		if o, ok := bootOrder[k]; ok {
 			disk.BootOrder = &o
 		}
-		if d.opts["iothread"] == "1" {
-			t := true
-			disk.DedicatedIOThread = &t
+		var vol *kubevirtv1.Volume
+		switch {
+		case ciVolRE.MatchString(d.file):
+			m := ciVolRE.FindStringSubmatch(d.file)
+			if ciDrive != "" {
+				errs[k] = "only one cloud-init drive is allowed (already on " + ciDrive + ")"
+				continue
+			}
+			ciDrive = k
+			secret := CloudInitSecretName(req.VMID)
+			disk.DiskDevice = kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: cdromBus(bus)}}
+			src := &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret}, NetworkDataSecretRef: &corev1.LocalObjectReference{Name: secret}}
+			if cfg["citype"] == "configdrive2" {
+				vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: src.UserDataSecretRef, NetworkDataSecretRef: src.NetworkDataSecretRef}}}
+			} else {
+				vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: src}}
+			}
+			d.file = m[1] + ":" + CloudInitSecretName(req.VMID)
+			d.set("media", "cdrom")
+		case d.opts["media"] == "cdrom":
+			if d.file == "none" || d.file == "cdrom" {
+				continue // an empty drive has no KubeVirt form; the config keeps it
+			}
+			m := isoRE.FindStringSubmatch(d.file)
+			if m == nil {
+				errs[k] = fmt.Sprintf("invalid CD-ROM volume '%s': use '<storage>:iso/<file>', 'none' or 'cdrom'", d.file)
+				continue
+			}
+			claim := ISOClaimName(m[2])
+			size, ok := int64(0), false
+			if req.ISOSize != nil {
+				size, ok = req.ISOSize(claim)
+			}
+			if !ok {
+				errs[k] = fmt.Sprintf("volume '%s' does not exist (expected a PVC '%s' in namespace '%s')", d.file, claim, req.Namespace)
+				continue
+			}
+			disk.DiskDevice = kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: cdromBus(bus)}}
+			vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
+				PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: true},
+			}}}
+			if size > 0 {
+				d.set("size", FormatSize(size))
+			}
+		default:
+			disk.DiskDevice = kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}
+			if d.opts["iothread"] == "1" {
+				t := true
+				disk.DedicatedIOThread = &t
+			}
+			if c := d.opts["cache"]; c == "none" || c == "writethrough" || c == "writeback" {
+				disk.Cache = kubevirtv1.DriverCache(c)
+			}
+			disk.Serial = d.opts["serial"]
+			var volName string
+			if m := ownVolRE.FindStringSubmatch(d.file); m != nil {
+				dv, ok := existingDV[m[2]]
+				if !ok {
+					errs[k] = fmt.Sprintf("volume '%s' does not exist", d.file)
+					continue
+				}
+				if usedDV[m[2]] {
+					errs[k] = fmt.Sprintf("volume '%s' is already used by another drive", d.file)
+					continue
+				}
+				volName = m[2]
+				if bytes := dvSize(dv); bytes > 0 {
+					d.set("size", FormatSize(bytes))
+				}
+			} else if m := newDiskRE.FindStringSubmatch(d.file); m != nil {
+				storage := m[2]
+				if storage == "" {
+					errs[k] = "missing storage ID in '" + d.file + "'"
+					continue
+				}
+				if req.StorageExists != nil && !req.StorageExists(storage) {
+					errs[k] = fmt.Sprintf("storage '%s' does not exist", storage)
+					continue
+				}
+				gib, _ := strconv.ParseFloat(m[3], 64)
+				bytes := int64(gib * (1 << 30))
+				if bytes <= 0 {
+					errs[k] = "disk size must be greater than zero"
+					continue
+				}
+				bytes = (bytes + (1<<20 - 1)) &^ (1<<20 - 1) // whole MiB, as PVE allocates
+				volName = fmt.Sprintf("vm-%d-disk-%d", req.VMID, next)
+				next++
+				sc := storage
+				existingDV[volName] = kubevirtv1.DataVolumeTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Name: volName},
+					Spec: cdiv1.DataVolumeSpec{
+						Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+						Storage: &cdiv1.StorageSpec{
+							StorageClassName: &sc,
+							Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(bytes, resource.BinarySI)}},
+						},
+					},
+				}
+				d.file = storage + ":" + volName
+				d.set("size", FormatSize(bytes))
+			} else {
+				errs[k] = fmt.Sprintf("unable to parse volume '%s': use '<storage>:<size in GiB>' for a new disk or '<storage>:vm-<vmid>-disk-<n>' for an existing one", d.file)
+				continue
+			}
+			usedDV[volName] = true
+			vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: volName}}}
 		}
-		if c := d.opts["cache"]; c == "none" || c == "writethrough" || c == "writeback" {
-			disk.Cache = kubevirtv1.DriverCache(c)
-		}
-		if s := d.opts["serial"]; s != "" {
-			disk.Serial = s
-		}
-		spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, disk)
-		spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: volName}}})
-		d.file = storage + ":" + volName
-		delete(d.opts, "size")
-		d.opts["size"] = FormatSize(bytes)
+		disks = append(disks, disk)
+		vols = append(vols, *vol)
 		cfg[k] = d.String()
 	}
-	if len(errs) > 0 {
-		return nil, errs
+	// Disks dropped from the config stay as PVE's unusedN (the data is
+	// kept, as on PVE, until the VM is destroyed or the key deleted).
+	var dvs []kubevirtv1.DataVolumeTemplateSpec
+	var names []string
+	for n := range existingDV {
+		names = append(names, n)
 	}
-
-	labels := map[string]string{LabelVMID: strconv.Itoa(req.VMID)}
-	rs := kubevirtv1.RunStrategyManual
-	if cfg["template"] == "1" {
-		labels[LabelTemplate] = "true"
-		rs = kubevirtv1.RunStrategyHalted
-	} else {
-		delete(cfg, "template")
+	sort.Strings(names)
+	for u := range cfg {
+		if strings.HasPrefix(u, "unused") {
+			delete(cfg, u)
+		}
 	}
-	ann := map[string]string{AnnotationNode: req.Node, AnnotationConfig: EncodeConfig(cfg)}
-	if name != "" {
-		ann[AnnotationName] = name
+	unused := 0
+	for _, n := range names {
+		dv := existingDV[n]
+		dvs = append(dvs, dv)
+		if !usedDV[n] {
+			sc := ""
+			if dv.Spec.Storage != nil && dv.Spec.Storage.StorageClassName != nil {
+				sc = *dv.Spec.Storage.StorageClassName
+			}
+			cfg["unused"+strconv.Itoa(unused)] = sc + ":" + n
+			unused++
+		}
 	}
-	vm := &kubevirtv1.VirtualMachine{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
-		ObjectMeta: metav1.ObjectMeta{Name: kname, Namespace: req.Namespace, Labels: labels, Annotations: ann},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			RunStrategy:         &rs,
-			DataVolumeTemplates: dvs,
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelVMID: strconv.Itoa(req.VMID)}},
-				Spec:       spec,
-			},
-		},
-	}
-	return vm, nil
+	vm.Spec.DataVolumeTemplates = dvs
+	spec.Domain.Devices.Disks = disks
+	spec.Volumes = vols
 }
 
-// DefaultBridge is the PVE bridge that stands for the pod network.
-const DefaultBridge = "vmbr0"
+func dvSize(dv kubevirtv1.DataVolumeTemplateSpec) int64 {
+	if dv.Spec.Storage != nil {
+		if q, ok := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; ok {
+			return q.Value()
+		}
+	}
+	if dv.Spec.PVC != nil {
+		if q, ok := dv.Spec.PVC.Resources.Requests[corev1.ResourceStorage]; ok {
+			return q.Value()
+		}
+	}
+	return 0
+}
+
+func cdromBus(b kubevirtv1.DiskBus) kubevirtv1.DiskBus {
+	if b == kubevirtv1.DiskBusSCSI {
+		return b
+	}
+	return kubevirtv1.DiskBusSATA // CD-ROMs sit on SATA or SCSI in KubeVirt
+}
 
 func diskBus(key string) kubevirtv1.DiskBus {
 	switch {
@@ -403,154 +669,4 @@ func sortIndexed(keys []string) {
 		}
 		return ni < nj
 	})
-}
-
-// drive is a parsed disk property string: the volume and its options in
-// the order given.
-type drive struct {
-	file string
-	keys []string
-	opts map[string]string
-}
-
-func parseDrive(s string) (*drive, error) {
-	d := &drive{opts: map[string]string{}}
-	for i, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		k, v, hasEq := strings.Cut(part, "=")
-		if i == 0 && (!hasEq || strings.Contains(k, ":")) {
-			d.file = part
-			continue
-		}
-		if !hasEq {
-			return nil, fmt.Errorf("invalid format - format error: '%s' is not a key=value pair", part)
-		}
-		if k == "file" || k == "volume" {
-			d.file = v
-			continue
-		}
-		if _, dup := d.opts[k]; dup {
-			return nil, fmt.Errorf("invalid format - duplicate key in comma-separated list property: %s", k)
-		}
-		d.keys = append(d.keys, k)
-		d.opts[k] = v
-	}
-	if d.file == "" {
-		return nil, fmt.Errorf("invalid format - missing key in comma-separated list property: file")
-	}
-	return d, nil
-}
-
-func (d *drive) String() string {
-	parts := []string{d.file}
-	for _, k := range d.keys {
-		if v, ok := d.opts[k]; ok && k != "size" {
-			parts = append(parts, k+"="+v)
-		}
-	}
-	if s, ok := d.opts["size"]; ok {
-		parts = append(parts, "size="+s)
-	}
-	return strings.Join(parts, ",")
-}
-
-// ConfigView is GET …/config: the stored PVE keys with live KubeVirt facts
-// laid over them, integers as numbers, and a digest of the whole.
-func ConfigView(vm *kubevirtv1.VirtualMachine) map[string]any {
-	cfg := configStrings(vm)
-	out := make(map[string]any, len(cfg)+1)
-	for k, v := range cfg {
-		if intKeys[k] {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				out[k] = n
-				continue
-			}
-		}
-		out[k] = v
-	}
-	out["digest"] = ConfigDigest(cfg)
-	return out
-}
-
-// configStrings is the config as strings: stored keys overlaid with what
-// the VM object says now (so a kubectl edit shows up).
-func configStrings(vm *kubevirtv1.VirtualMachine) map[string]string {
-	cfg := StoredConfig(vm)
-	sockets, cores := CPUTopology(vm)
-	cfg["sockets"] = strconv.Itoa(sockets)
-	cfg["cores"] = strconv.Itoa(cores)
-	if mem := MemoryBytes(vm); mem > 0 {
-		cfg["memory"] = strconv.FormatInt(mem>>20, 10)
-	}
-	if n := vm.Annotations[AnnotationName]; n != "" {
-		cfg["name"] = n
-	} else if cfg["name"] == "" {
-		cfg["name"] = vm.Name
-	}
-	if vm.Labels[LabelTemplate] == "true" {
-		cfg["template"] = "1"
-	}
-	if vm.Spec.Template != nil {
-		for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
-			if _, ok := cfg[iface.Name]; ok || !netKeyRE.MatchString(iface.Name) {
-				continue
-			}
-			model := iface.Model
-			if model == "" {
-				model = "virtio"
-			}
-			spec := model
-			if iface.MacAddress != "" {
-				spec += "=" + strings.ToUpper(iface.MacAddress)
-			}
-			cfg[iface.Name] = spec + ",bridge=" + DefaultBridge
-		}
-	}
-	if _, ok := cfg["ostype"]; !ok {
-		cfg["ostype"] = "other"
-	}
-	return cfg
-}
-
-// ConfigDigest is PVE's config digest: a SHA-1 over the config, here over
-// its sorted key=value lines.
-func ConfigDigest(cfg map[string]string) string {
-	keys := make([]string, 0, len(cfg))
-	for k := range cfg {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	h := sha1.New()
-	for _, k := range keys {
-		fmt.Fprintf(h, "%s: %s\n", k, cfg[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// PendingEntry is a row of GET …/pending.
-type PendingEntry struct {
-	Key     string `json:"key"`
-	Value   any    `json:"value,omitempty"`
-	Pending any    `json:"pending,omitempty"`
-	Delete  int    `json:"delete,omitempty"`
-}
-
-// PendingView lists the config as pending rows; nothing is pending yet
-// (config changes arrive with the full lifecycle).
-func PendingView(vm *kubevirtv1.VirtualMachine) []PendingEntry {
-	view := ConfigView(vm)
-	delete(view, "digest")
-	keys := make([]string, 0, len(view))
-	for k := range view {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make([]PendingEntry, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, PendingEntry{Key: k, Value: view[k]})
-	}
-	return out
 }

@@ -126,7 +126,11 @@ func TestBuildVMErrors(t *testing.T) {
 		{map[string]string{"net0": "virtio,bridge=vmbr0", "net1": "virtio,bridge=vmbr0"}, "net1", "only one NIC"},
 		{map[string]string{"net0": "virtio,macaddr=zz"}, "net0", ""},
 		{map[string]string{"scsi0": "nowhere:10"}, "scsi0", "storage 'nowhere' does not exist"},
-		{map[string]string{"scsi0": "local-lvm:vm-1-disk-0"}, "scsi0", "not supported yet"},
+		{map[string]string{"scsi0": "local-lvm:vm-1-disk-0"}, "scsi0", "does not exist"},
+		{map[string]string{"scsi0": "local-lvm:foo/bar.qcow2"}, "scsi0", "unable to parse volume"},
+		{map[string]string{"ide2": "local:iso/missing.iso,media=cdrom"}, "ide2", "does not exist"},
+		{map[string]string{"ipconfig0": "ip=10.0.0.300/24"}, "ipconfig0", "IPv4"},
+		{map[string]string{"ipconfig0": "gw=10.0.0.1,bogus=1"}, "ipconfig0", "bogus"},
 		{map[string]string{"scsi0": "local-lvm:0"}, "scsi0", "greater than zero"},
 		{map[string]string{"onboot": "maybe"}, "onboot", "type check ('boolean')"},
 		{map[string]string{"bios": "coreboot"}, "bios", "enumeration"},
@@ -193,7 +197,7 @@ func TestConfigViewPreexisting(t *testing.T) {
 
 func TestPendingView(t *testing.T) {
 	vm := buildOK(t, map[string]string{"cores": "3"})
-	rows := PendingView(vm)
+	rows := PendingView(vm, nil)
 	found := false
 	for _, r := range rows {
 		if r.Key == "digest" {
@@ -205,6 +209,33 @@ func TestPendingView(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("rows %+v", rows)
+	}
+}
+
+func TestPendingRestartRequired(t *testing.T) {
+	vm := buildOK(t, map[string]string{"cores": "2", "memory": "2048", "net0": "virtio,bridge=vmbr0"})
+	vmi := &kubevirtv1.VirtualMachineInstance{Spec: *vm.Spec.Template.Spec.DeepCopy()}
+	vmi.Status.Phase = kubevirtv1.Running
+	up, errs := UpdateVM(vm, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK,
+		Config: map[string]string{"cores": "4", "net1": "e1000,bridge=lab"}}, []string{"net0"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	rows := map[string]PendingEntry{}
+	for _, r := range PendingView(up, vmi) {
+		rows[r.Key] = r
+	}
+	if r := rows["cores"]; r.Value != int64(2) || r.Pending != int64(4) {
+		t.Fatalf("cores %+v", r)
+	}
+	if r := rows["memory"]; r.Pending != nil {
+		t.Fatalf("unchanged memory must not be pending: %+v", r)
+	}
+	if r := rows["net1"]; r.Value != nil || r.Pending == nil {
+		t.Fatalf("added NIC %+v", r)
+	}
+	if r := rows["net0"]; r.Delete != 1 {
+		t.Fatalf("removed NIC %+v", r)
 	}
 }
 

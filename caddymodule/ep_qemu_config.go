@@ -1,0 +1,385 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// configOnly are PUT/POST config parameters that steer the call.
+var configOnly = map[string]bool{"delete": true, "revert": true, "digest": true, "skiplock": true, "force": true, "background_delay": true}
+
+// cloudInitKeys are the keys whose change regenerates the cloud-init data.
+var cloudInitKeys = []string{"ciuser", "cipassword", "sshkeys", "nameserver", "searchdomain", "citype", "ciupgrade", "name"}
+
+// vmRequest is the translate request for a VM in namespace ns.
+func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[string]string) translate.VMRequest {
+	ctx := q.ctx()
+	return translate.VMRequest{
+		VMID: vmid, Node: node, Namespace: ns, Config: cfg,
+		NameTaken:     func(name string) bool { return q.c.VMNameTaken(ns, name) },
+		StorageExists: q.c.StorageClassExists,
+		ISOSize: func(claim string) (int64, bool) {
+			pvc, err := q.c.PVC(ctx, ns, claim)
+			if err != nil {
+				return 0, false
+			}
+			if s, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
+				return s.Value(), true
+			}
+			s := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+			return s.Value(), true
+		},
+	}
+}
+
+// configParams splits a config call into config keys and the list of keys
+// to delete.
+func configParams(p params) (map[string]string, []string, *apiError) {
+	cfg := map[string]string{}
+	for k := range p {
+		if configOnly[k] {
+			continue
+		}
+		v, _, e := p.str(k)
+		if e != nil {
+			return nil, nil, e
+		}
+		cfg[k] = v
+	}
+	var deletes []string
+	if d, ok, e := p.str("delete"); e != nil {
+		return nil, nil, e
+	} else if ok {
+		for _, k := range strings.FieldsFunc(d, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }) {
+			deletes = append(deletes, k)
+		}
+	}
+	return cfg, deletes, nil
+}
+
+// updateConfig applies PUT/POST …/config: values, delete=, digest=. The
+// change goes into the VM template; KubeVirt applies what cannot be
+// hot-plugged at the next restart, which …/pending shows.
+func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
+	g, e := h.guest(q)
+	if e != nil {
+		return g, e
+	}
+	cfg, deletes, e := configParams(q.p)
+	if e != nil {
+		return g, e
+	}
+	// Reverting keys that are not pending is a no-op on PVE too; pending
+	// changes live in the VM template already and cannot be taken back.
+	if r := q.p["revert"]; r != "" && anyPending(translate.PendingView(g.VM, g.VMI), r) {
+		return g, paramErr("revert", "reverting changes that wait for a restart is not supported; set the old values instead")
+	}
+	if len(cfg) == 0 && len(deletes) == 0 {
+		return g, nil
+	}
+	if _, ok := cfg["template"]; ok {
+		return g, paramErr("template", "use POST …/template to convert a VM into a template")
+	}
+	digest := q.p["digest"]
+	return h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
+		if digest != "" && translate.ConfigView(g.VM)["digest"] != digest {
+			return nil, paramErr("digest", "%v", kube.ErrModified)
+		}
+		want, errs := translate.UpdateVM(g.VM, h.vmRequest(q, g.VMID, g.Node, g.Namespace(), cfg), deletes)
+		if len(errs) > 0 {
+			return nil, paramError(errs)
+		}
+		ciChanged := touches(cfg, deletes, cloudInitKeys...) || touches(cfg, deletes, "ipconfig", "net", "ide", "sata", "scsi", "virtio")
+		if e := h.applyCloudInit(q, g.VMID, want, cfg["cipassword"], ciChanged); e != nil {
+			return nil, e
+		}
+		return want, nil
+	}, translate.AnnotationConfig, translate.AnnotationName)
+}
+
+// rewrite builds a VM change from the current object and writes it. KubeVirt
+// rewrites VM objects often (status, generation), so a write that loses the
+// race is rebuilt on a fresh read and tried again; build decides whether
+// the change still applies (the digest check does).
+func (h *APIHandler) rewrite(q *request, g kube.Guest, build func(kube.Guest) (*kubevirtv1.VirtualMachine, *apiError), annotations ...string) (kube.Guest, *apiError) {
+	for attempt := 0; ; attempt++ {
+		want, e := build(g)
+		if e != nil {
+			return g, e
+		}
+		_, err := q.c.ReplaceVM(q.ctx(), g, want, annotations...)
+		if err == nil {
+			return g, nil
+		}
+		if !errors.Is(err, kube.ErrModified) {
+			return g, kubeError(err)
+		}
+		if attempt == 4 {
+			return g, newError(http.StatusServiceUnavailable, "VM %d keeps changing; try again", g.VMID)
+		}
+		fresh, err := q.c.Refresh(q.ctx(), g)
+		if err != nil {
+			return g, missingVM(g.Node, g.VMID)
+		}
+		g = fresh
+	}
+}
+
+func anyPending(rows []translate.PendingEntry, keys string) bool {
+	for _, k := range strings.FieldsFunc(keys, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }) {
+		if k == "*" {
+			for _, r := range rows {
+				if r.Pending != nil || r.Delete != 0 {
+					return true
+				}
+			}
+		}
+		for _, r := range rows {
+			if r.Key == k && (r.Pending != nil || r.Delete != 0) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// touches tells whether a change sets or deletes any key with one of the
+// prefixes.
+func touches(cfg map[string]string, deletes []string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		for k := range cfg {
+			if strings.HasPrefix(k, p) {
+				return true
+			}
+		}
+		for _, k := range deletes {
+			if strings.HasPrefix(k, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// applyCloudInit (re)writes the VM's cloud-init Secret when its drive is
+// configured. The password is kept in the Secret only; a change that does
+// not set a new one keeps the old.
+func (h *APIHandler) applyCloudInit(q *request, vmid int, vm *kubevirtv1.VirtualMachine, password string, changed bool) *apiError {
+	if !changed || vm.UID == "" {
+		return nil
+	}
+	cfg := translate.StoredConfig(vm)
+	hasDrive := false
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil {
+			hasDrive = true
+		}
+	}
+	if !hasDrive {
+		return nil
+	}
+	name := translate.CloudInitSecretName(vmid)
+	if password == "" {
+		if s, err := q.c.Secret(q.ctx(), vm.Namespace, name); err == nil {
+			password = string(s.Data["cipassword"])
+		} else if !apierrors.IsNotFound(err) {
+			return kubeError(err)
+		}
+	}
+	macs := map[string]string{}
+	for _, i := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
+		macs[i.Name] = i.MacAddress
+	}
+	user, network, err := translate.CloudInit(cfg, password, macs)
+	if err != nil {
+		return paramErr("ipconfig0", "%v", err)
+	}
+	data := map[string][]byte{"userdata": []byte(user), "networkdata": []byte(network)}
+	if password != "" {
+		data["cipassword"] = []byte(password)
+	}
+	if err := q.c.ApplySecret(q.ctx(), vm, name, data); err != nil {
+		return kubeError(err)
+	}
+	return nil
+}
+
+// putQemuConfig is the synchronous config update: data null.
+func (h *APIHandler) putQemuConfig(q *request) (any, *apiError) {
+	if _, e := h.updateConfig(q); e != nil {
+		return nil, e
+	}
+	return nil, nil
+}
+
+// postQemuConfig is the asynchronous variant: a qmconfig task.
+func (h *APIHandler) postQemuConfig(q *request) (any, *apiError) {
+	g, e := h.updateConfig(q)
+	if e != nil {
+		return nil, e
+	}
+	return h.begin(q, g, translate.TaskConfig, kube.GoalNone, 0, fmt.Sprintf("update VM %d: %s", g.VMID, paramSummary(q.p)), nil)
+}
+
+// paramSummary lists the keys a config call touched, without values (they
+// may hold passwords).
+func paramSummary(p params) string {
+	var keys []string
+	for k := range p {
+		if k != "digest" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return "-" + strings.Join(keys, " -")
+}
+
+// putQemuResize grows a disk: the DataVolume template's size (so config
+// shows it) and the bound claim. Shrinking is refused like PVE does.
+func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
+	g, e := h.guest(q)
+	if e != nil {
+		return nil, e
+	}
+	disk, ok, e := q.p.str("disk")
+	if e != nil {
+		return nil, e
+	}
+	if !ok {
+		return nil, paramErr("disk", "property is missing and it is not optional")
+	}
+	sizeArg, ok, e := q.p.str("size")
+	if e != nil {
+		return nil, e
+	}
+	if !ok {
+		return nil, paramErr("size", "property is missing and it is not optional")
+	}
+	delta, bytes, err := translate.ParseResize(sizeArg)
+	if err != nil {
+		return nil, paramErr("size", "%v", err)
+	}
+	var cur int64
+	var claim string
+	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
+		want, size, name, e := resizedVM(g, disk, delta, bytes)
+		cur, claim = size, name
+		return want, e
+	}, translate.AnnotationConfig)
+	if e != nil {
+		return nil, e
+	}
+	c := q.c
+	newSize := cur
+	if delta {
+		newSize += bytes
+	} else {
+		newSize = bytes
+	}
+	line := fmt.Sprintf("resize disk %s of VM %d from %s to %s", disk, g.VMID, translate.FormatSize(cur), translate.FormatSize(newSize))
+	return h.begin(q, g, translate.TaskResize, kube.GoalNone, 0, line, func(ctx context.Context) error {
+		err := c.ResizePVC(ctx, g.Namespace(), claim, newSize)
+		if apierrors.IsNotFound(err) {
+			return nil // not provisioned yet: the DataVolume is created at the new size
+		}
+		return err
+	})
+}
+
+// resizedVM returns the VM with disk's DataVolume template grown.
+func resizedVM(g kube.Guest, disk string, delta bool, bytes int64) (*kubevirtv1.VirtualMachine, int64, string, *apiError) {
+	var claim string
+	for _, v := range g.VM.Spec.Template.Spec.Volumes {
+		if v.Name == disk && v.DataVolume != nil {
+			claim = v.DataVolume.Name
+		}
+	}
+	if claim == "" {
+		return nil, 0, "", paramErr("disk", "disk '%s' does not exist or is not a resizable disk", disk)
+	}
+	want := g.VM.DeepCopy()
+	for i := range want.Spec.DataVolumeTemplates {
+		dv := &want.Spec.DataVolumeTemplates[i]
+		if dv.Name != claim || dv.Spec.Storage == nil {
+			continue
+		}
+		q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+		cur := q.Value()
+		target := bytes
+		if delta {
+			target = cur + bytes
+		}
+		if target < cur {
+			return nil, 0, "", paramErr("size", "shrinking disks is not supported")
+		}
+		target = (target + (1<<20 - 1)) &^ (1<<20 - 1)
+		dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(target, resource.BinarySI)
+		cfg := translate.StoredConfig(want)
+		if v, ok := cfg[disk]; ok {
+			cfg[disk] = replaceSize(v, translate.FormatSize(target))
+			want.Annotations[translate.AnnotationConfig] = translate.EncodeConfig(cfg)
+		}
+		return want, cur, claim, nil
+	}
+	return nil, 0, "", paramErr("disk", "disk '%s' has no resizable volume", disk)
+}
+
+// postQemuTemplate turns a stopped VM into a template: labelled, Halted,
+// refused to start.
+func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
+	g, e := h.guest(q)
+	if e != nil {
+		return nil, e
+	}
+	if running(g) {
+		return nil, newError(http.StatusInternalServerError, "You can't convert a VM to template if VM is running")
+	}
+	if g.Template() {
+		return nil, newError(http.StatusInternalServerError, "VM %d is already a template", g.VMID)
+	}
+	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
+		want := g.VM.DeepCopy()
+		if want.Labels == nil {
+			want.Labels = map[string]string{}
+		}
+		want.Labels[translate.LabelTemplate] = "true"
+		halted := kubevirtv1.RunStrategyHalted
+		want.Spec.RunStrategy = &halted
+		cfg := translate.StoredConfig(want)
+		cfg["template"] = "1"
+		if want.Annotations == nil {
+			want.Annotations = map[string]string{}
+		}
+		want.Annotations[translate.AnnotationConfig] = translate.EncodeConfig(cfg)
+		return want, nil
+	}, translate.AnnotationConfig)
+	if e != nil {
+		return nil, e
+	}
+	return h.begin(q, g, translate.TaskTemplate, kube.GoalNone, time.Minute, fmt.Sprintf("convert VM %d to a template", g.VMID), nil)
+}
+
+// replaceSize sets the size= option of a drive string.
+func replaceSize(drive, size string) string {
+	parts := strings.Split(drive, ",")
+	out := parts[:0]
+	for _, p := range parts {
+		if !strings.HasPrefix(p, "size=") {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(append(out, "size="+size), ",")
+}

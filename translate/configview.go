@@ -1,0 +1,144 @@
+package translate
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// ConfigView is GET …/config: the stored PVE keys with live KubeVirt facts
+// laid over them, integers as numbers, and a digest of the whole.
+func ConfigView(vm *kubevirtv1.VirtualMachine) map[string]any {
+	cfg := configStrings(vm)
+	out := make(map[string]any, len(cfg)+1)
+	for k, v := range cfg {
+		if intKeys[k] {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out[k] = n
+				continue
+			}
+		}
+		out[k] = v
+	}
+	out["digest"] = ConfigDigest(cfg)
+	return out
+}
+
+// configStrings is the config as strings: stored keys overlaid with what
+// the VM object says now (so a kubectl edit shows up).
+func configStrings(vm *kubevirtv1.VirtualMachine) map[string]string {
+	cfg := StoredConfig(vm)
+	sockets, cores := CPUTopology(vm)
+	cfg["sockets"] = strconv.Itoa(sockets)
+	cfg["cores"] = strconv.Itoa(cores)
+	if mem := MemoryBytes(vm); mem > 0 {
+		cfg["memory"] = strconv.FormatInt(mem>>20, 10)
+	}
+	if n := vm.Annotations[AnnotationName]; n != "" {
+		cfg["name"] = n
+	} else if cfg["name"] == "" {
+		cfg["name"] = vm.Name
+	}
+	if vm.Labels[LabelTemplate] == "true" {
+		cfg["template"] = "1"
+	}
+	if vm.Spec.Template != nil {
+		for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
+			if _, ok := cfg[iface.Name]; ok || !netKeyRE.MatchString(iface.Name) {
+				continue
+			}
+			model := iface.Model
+			if model == "" {
+				model = "virtio"
+			}
+			spec := model
+			if iface.MacAddress != "" {
+				spec += "=" + strings.ToUpper(iface.MacAddress)
+			}
+			cfg[iface.Name] = spec + ",bridge=" + DefaultBridge
+		}
+	}
+	if _, ok := cfg["ostype"]; !ok {
+		cfg["ostype"] = "other"
+	}
+	return cfg
+}
+
+// ConfigDigest is PVE's config digest: a SHA-1 over the config, here over
+// its sorted key=value lines.
+func ConfigDigest(cfg map[string]string) string {
+	keys := make([]string, 0, len(cfg))
+	for k := range cfg {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha1.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s: %s\n", k, cfg[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// PendingEntry is a row of GET …/pending.
+type PendingEntry struct {
+	Key     string `json:"key"`
+	Value   any    `json:"value,omitempty"`
+	Pending any    `json:"pending,omitempty"`
+	Delete  int    `json:"delete,omitempty"`
+}
+
+// PendingView is GET …/pending: every config key with its value; keys
+// KubeVirt applies only at the next start (the running instance still
+// has the old CPU, memory or device set) carry the new value as "pending",
+// devices removed from the config carry delete:1.
+func PendingView(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) []PendingEntry {
+	view := ConfigView(vm)
+	delete(view, "digest")
+	running := map[string]any{}
+	devices := map[string]bool{}
+	if vmi != nil && !vmi.IsFinal() && vm.Spec.Template != nil {
+		live := vm.DeepCopy()
+		live.Spec.Template.Spec = *vmi.Spec.DeepCopy()
+		lv := ConfigView(live)
+		for _, k := range []string{"cores", "sockets", "memory"} {
+			running[k] = lv[k]
+		}
+		for _, d := range vmi.Spec.Domain.Devices.Disks {
+			devices[d.Name] = true
+		}
+		for _, i := range vmi.Spec.Domain.Devices.Interfaces {
+			devices[i.Name] = true
+		}
+	}
+	keys := make([]string, 0, len(view))
+	for k := range view {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]PendingEntry, 0, len(keys))
+	for _, k := range keys {
+		e := PendingEntry{Key: k, Value: view[k]}
+		if old, ok := running[k]; ok && fmt.Sprint(old) != fmt.Sprint(view[k]) {
+			e.Value, e.Pending = old, view[k]
+		}
+		if len(devices) > 0 && (diskKeyRE.MatchString(k) || netKeyRE.MatchString(k)) && !devices[k] && !isEmptyCDROM(fmt.Sprint(view[k])) {
+			e.Value, e.Pending = nil, view[k]
+		}
+		out = append(out, e)
+	}
+	for d := range devices {
+		if _, ok := view[d]; !ok && (diskKeyRE.MatchString(d) || netKeyRE.MatchString(d)) {
+			out = append(out, PendingEntry{Key: d, Delete: 1})
+		}
+	}
+	return out
+}
+
+func isEmptyCDROM(v string) bool {
+	return strings.HasPrefix(v, "none,") || strings.HasPrefix(v, "cdrom,")
+}

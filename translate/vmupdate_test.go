@@ -1,0 +1,167 @@
+package translate
+
+import (
+	"strings"
+	"testing"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+func storageOK(s string) bool { return s == "local-lvm" }
+
+func TestUpdateVM(t *testing.T) {
+	vm := buildOK(t, map[string]string{"name": "web", "cores": "1", "memory": "1024", "net0": "virtio,bridge=vmbr0", "scsi0": "local-lvm:8", "keyboard": "de"})
+	vm.Spec.Template.Spec.Domain.Firmware = &kubevirtv1.Firmware{UUID: "keep-me"} // set by KubeVirt
+	mac := vm.Spec.Template.Spec.Domain.Devices.Interfaces[0].MacAddress
+
+	up, errs := UpdateVM(vm, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK,
+		Config: map[string]string{"cores": "4", "memory": "4096", "scsi1": "local-lvm:2", "description": "hi"}}, []string{"keyboard"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	cfg := StoredConfig(up)
+	if cfg["cores"] != "4" || cfg["memory"] != "4096" || cfg["description"] != "hi" || cfg["keyboard"] != "" {
+		t.Fatalf("config %v", cfg)
+	}
+	if cfg["scsi0"] != "local-lvm:vm-100-disk-0,size=8G" || cfg["scsi1"] != "local-lvm:vm-100-disk-1,size=2G" {
+		t.Fatalf("disks %q %q", cfg["scsi0"], cfg["scsi1"])
+	}
+	if got := up.Spec.Template.Spec.Domain.Devices.Interfaces[0].MacAddress; got != mac {
+		t.Fatalf("MAC changed on update: %s -> %s", mac, got)
+	}
+	if up.Spec.Template.Spec.Domain.Firmware.UUID != "keep-me" {
+		t.Fatal("a field no PVE key owns was lost")
+	}
+	if len(up.Spec.DataVolumeTemplates) != 2 || up.Spec.Template.Spec.Domain.CPU.Cores != 4 {
+		t.Fatalf("spec %+v", up.Spec)
+	}
+	if vm.Spec.Template.Spec.Domain.CPU.Cores != 1 {
+		t.Fatal("UpdateVM modified its input")
+	}
+
+	// Detaching a disk keeps its data as unused0, like PVE.
+	up2, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK}, []string{"scsi1"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	cfg = StoredConfig(up2)
+	if cfg["unused0"] != "local-lvm:vm-100-disk-1" || len(up2.Spec.DataVolumeTemplates) != 2 || len(up2.Spec.Template.Spec.Volumes) != 1 {
+		t.Fatalf("after detach: %v volumes %v", cfg, up2.Spec.Template.Spec.Volumes)
+	}
+	// Reattach it under another key.
+	up3, errs := UpdateVM(up2, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Config: map[string]string{"virtio0": "local-lvm:vm-100-disk-1"}}, []string{"unused0"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if c := StoredConfig(up3); c["virtio0"] != "local-lvm:vm-100-disk-1,size=2G" || c["unused0"] != "" {
+		t.Fatalf("reattach: %v", c)
+	}
+
+	for _, c := range []struct {
+		set   map[string]string
+		del   []string
+		param string
+	}{
+		{map[string]string{"cores": "x"}, nil, "cores"},
+		{map[string]string{"scsi2": "local-lvm:vm-100-disk-0"}, nil, "scsi2"}, // already used by scsi0
+		{map[string]string{"bogus": "1"}, nil, "bogus"},
+		{nil, []string{"bogus"}, "delete"},
+		{map[string]string{"cores": "2"}, []string{"cores"}, "delete"},
+	} {
+		if out, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Config: c.set}, c.del); out != nil || errs[c.param] == "" {
+			t.Errorf("%v %v: want error on %s, got %v", c.set, c.del, c.param, errs)
+		}
+	}
+}
+
+func TestCloudInitAndISO(t *testing.T) {
+	vm, errs := BuildVM(VMRequest{VMID: 100, Node: "n", Namespace: "default", StorageExists: storageOK,
+		ISOSize: func(claim string) (int64, bool) { return 658505728, claim == "debian-12-iso" },
+		Config: map[string]string{
+			"name": "web", "net0": "virtio,bridge=vmbr0", "ide2": "local-lvm:cloudinit", "ide0": "local:iso/debian-12.iso,media=cdrom",
+			"ciuser": "ops", "cipassword": "s3cret", "ipconfig0": "ip=10.0.0.5/24,gw=10.0.0.1", "sshkeys": "ssh-ed25519%20AAAAC3Nza%20me%40host",
+			"nameserver": "1.1.1.1", "searchdomain": "lab",
+		}})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	cfg := StoredConfig(vm)
+	if cfg["cipassword"] != MaskedPassword || strings.Contains(vm.Annotations[AnnotationConfig], "s3cret") {
+		t.Fatal("the password must never be stored in the VM")
+	}
+	if cfg["ide2"] != "local-lvm:vm-100-cloudinit,media=cdrom" || cfg["ide0"] != "local:iso/debian-12.iso,media=cdrom,size=628M" {
+		t.Fatalf("drives %q %q", cfg["ide2"], cfg["ide0"])
+	}
+	if cfg["ipconfig0"] != "gw=10.0.0.1,ip=10.0.0.5/24" {
+		t.Fatalf("ipconfig0 %q", cfg["ipconfig0"])
+	}
+	var ci, iso *kubevirtv1.Volume
+	for i, v := range vm.Spec.Template.Spec.Volumes {
+		switch v.Name {
+		case "ide2":
+			ci = &vm.Spec.Template.Spec.Volumes[i]
+		case "ide0":
+			iso = &vm.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	if ci == nil || ci.CloudInitNoCloud == nil || ci.CloudInitNoCloud.UserDataSecretRef.Name != "vm-100-cloudinit" {
+		t.Fatalf("cloud-init volume %+v", ci)
+	}
+	if iso == nil || iso.PersistentVolumeClaim == nil || iso.PersistentVolumeClaim.ClaimName != "debian-12-iso" || !iso.PersistentVolumeClaim.ReadOnly {
+		t.Fatalf("iso volume %+v", iso)
+	}
+	mac := vm.Spec.Template.Spec.Domain.Devices.Interfaces[0].MacAddress
+	user, network, err := CloudInit(cfg, "s3cret", map[string]string{"net0": mac})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"#cloud-config\n", `user: "ops"`, `password: "s3cret"`, `- "ssh-ed25519 AAAAC3Nza me@host"`, `hostname: "web"`} {
+		if !strings.Contains(user, want) {
+			t.Errorf("user-data lacks %q:\n%s", want, user)
+		}
+	}
+	for _, want := range []string{"version: 2", `macaddress: "` + strings.ToLower(mac) + `"`, `addresses: ["10.0.0.5/24"]`, `via: "10.0.0.1"`, `search: ["lab"]`} {
+		if !strings.Contains(network, want) {
+			t.Errorf("network-config lacks %q:\n%s", want, network)
+		}
+	}
+	// Values cannot break out of their YAML scalar.
+	user, _, _ = CloudInit(map[string]string{"ciuser": "a\"\nruncmd: [rm -rf /]"}, "", nil)
+	if strings.Contains(user, "\nruncmd") {
+		t.Fatalf("YAML injection:\n%s", user)
+	}
+}
+
+func TestParseIPConfig(t *testing.T) {
+	for in, want := range map[string]string{
+		"ip=dhcp":                    "ip=dhcp",
+		"ip=10.0.0.2/24,gw=10.0.0.1": "gw=10.0.0.1,ip=10.0.0.2/24",
+		"ip6=auto":                   "ip6=auto",
+		"ip6=fd00::5/64,gw6=fd00::1": "gw6=fd00::1,ip6=fd00::5/64",
+	} {
+		c, err := ParseIPConfig(in)
+		if err != nil || c.String() != want {
+			t.Errorf("%q: %q %v", in, c.String(), err)
+		}
+	}
+	for _, bad := range []string{"ip=10.0.0.2", "ip=dhcp,gw=10.0.0.1", "ip6=10.0.0.2/24", "x=1", "ip"} {
+		if _, err := ParseIPConfig(bad); err == nil {
+			t.Errorf("%q: want error", bad)
+		}
+	}
+}
+
+func FuzzParseIPConfig(f *testing.F) {
+	f.Add("ip=10.0.0.2/24,gw=10.0.0.1")
+	f.Add("ip6=auto")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseIPConfig(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseIPConfig(c.String())
+		if err != nil || again != c {
+			t.Fatalf("round trip %q -> %q: %v", s, c.String(), err)
+		}
+	})
+}
