@@ -122,6 +122,7 @@ func newSimulatedBackend(opts kube.Options, extraVMs int, logger *zap.Logger) (*
 	})
 	go func() { _ = ctrl.Run(ctx) }()
 	go forgetActions(ctx, kc, kv)
+	opts.AssumeKubeVirtAPIs = true
 	c := kube.New(kc, kv, nil, opts)
 	c.SetVirtAPI(true)
 	if err := c.Start(ctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.uber.org/zap"
 	"net/http"
 	"strconv"
 	"time"
@@ -127,9 +128,8 @@ func taskTimeout(q *request, def time.Duration) (time.Duration, *apiError) {
 	return time.Duration(t) * time.Second, nil
 }
 
-// begin records a task for g. When act fails, the task is recorded as
-// failed with the error, as PVE's forked worker would end.
-func (h *APIHandler) begin(q *request, g kube.Guest, typ string, goal kube.Goal, timeout time.Duration, logLine string, act func(ctx context.Context) error) (any, *apiError) {
+// taskSpec is a task about g, its log opened with logLine.
+func (h *APIHandler) taskSpec(q *request, g kube.Guest, typ string, goal kube.Goal, timeout time.Duration, logLine string) kube.TaskSpec {
 	spec := kube.TaskSpec{
 		Node: g.Node, Type: typ, ID: strconv.Itoa(g.VMID), User: q.id.ID(), Goal: goal,
 		Namespace: g.Namespace(), Name: g.Name(), UID: g.VM.UID, Timeout: timeout,
@@ -138,16 +138,29 @@ func (h *APIHandler) begin(q *request, g kube.Guest, typ string, goal kube.Goal,
 	if g.VMI != nil {
 		spec.PrevVMI = g.VMI.UID
 	}
+	return spec
+}
+
+// beginSpec records a task and answers its UPID.
+func (h *APIHandler) beginSpec(q *request, spec kube.TaskSpec) (any, *apiError) {
+	t, err := q.c.Tasks.Begin(q.ctx(), spec)
+	if err != nil {
+		return nil, kubeError(err)
+	}
+	h.logger.Info("task started", zap.String("upid", t.UPID.String()), zap.String("user", spec.User), zap.String("vm", spec.Namespace+"/"+spec.Name))
+	return t.UPID.String(), nil
+}
+
+// begin records a task for g. When act fails, the task is recorded as
+// failed with the error, as PVE's forked worker would end.
+func (h *APIHandler) begin(q *request, g kube.Guest, typ string, goal kube.Goal, timeout time.Duration, logLine string, act func(ctx context.Context) error) (any, *apiError) {
+	spec := h.taskSpec(q, g, typ, goal, timeout, logLine)
 	if act != nil {
 		if err := act(q.ctx()); err != nil {
 			spec.Err = kubeTaskError(err)
 		}
 	}
-	t, err := q.c.Tasks.Begin(q.ctx(), spec)
-	if err != nil {
-		return nil, kubeError(err)
-	}
-	return t.UPID.String(), nil
+	return h.beginSpec(q, spec)
 }
 
 // kubeTaskError turns a Kubernetes error into a task exit status line.

@@ -103,7 +103,9 @@ func factsOf(g kube.Guest, now time.Time) guestFacts {
 	} else {
 		f.state = translate.VMState(g.VM.Status.PrintableStatus, "", false, false)
 	}
-	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" {
+	// A lock recorded at create or clone holds while the volumes are
+	// provisioned, then lifts by itself.
+	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && provisioning(g.VM) {
 		f.state.Lock = l
 	}
 	sockets, cores := translate.CPUTopology(g.VM)
@@ -224,4 +226,14 @@ func nodeResource(n nodeRow) resourceRow {
 		ID: n.ID, Type: "node", Node: n.Node, Status: n.Status, Uptime: n.Uptime, CPU: n.CPU,
 		MaxCPU: int(n.MaxCPU), Mem: n.Mem, MaxMem: n.MaxMem, Disk: n.Disk, MaxDisk: n.MaxDisk, Level: &level,
 	}
+}
+
+func provisioning(vm *kubevirtv1.VirtualMachine) bool {
+	switch vm.Status.PrintableStatus {
+	case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding:
+		return true
+	case "":
+		return len(vm.Spec.DataVolumeTemplates) > 0 && !vm.Status.Created
+	}
+	return false
 }

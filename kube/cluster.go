@@ -37,6 +37,9 @@ type Options struct {
 	TaskNamespace string
 	// Resync is the informers' resync period; 0 disables resyncs.
 	Resync time.Duration
+	// AssumeKubeVirtAPIs skips probing for optional KubeVirt APIs
+	// (snapshots): simulated clusters have them all.
+	AssumeKubeVirtAPIs bool
 	// SyncTimeout bounds the initial cache sync in Start.
 	SyncTimeout time.Duration
 	Logger      *zap.Logger
@@ -53,6 +56,8 @@ type Cluster struct {
 	logger *zap.Logger
 
 	vms, vmis, nodes, storageClasses, namespaces, tasks *store
+	// snapshots and restores are nil when the cluster lacks the API.
+	snapshots, restores *store
 
 	vmidGen, nodeGen atomic.Uint64
 	mu               sync.Mutex
@@ -60,6 +65,8 @@ type Cluster struct {
 	vmidTabGen       uint64
 	nodeTab          *nodeTable
 	nodeTabGen       uint64
+
+	optional []*store
 
 	power  *power
 	cancel context.CancelFunc
@@ -165,6 +172,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc}, stripMeta, nil)
 
+	c.optional = c.startSnapshotStores(runCtx)
 	stores := c.allStores()
 	for _, s := range stores {
 		s.run(runCtx)
@@ -211,7 +219,7 @@ func (c *Cluster) allStores() []*store {
 	if c.namespaces != nil {
 		out = append(out, c.namespaces)
 	}
-	return out
+	return append(out, c.optional...)
 }
 
 // Logger returns the cluster's logger.

@@ -44,6 +44,13 @@ const (
 	GoalPaused    Goal = "paused"    // the instance is paused
 	GoalResumed   Goal = "resumed"   // the instance runs unpaused
 	GoalRestarted Goal = "restarted" // a new instance (not PrevVMI) runs
+	// GoalProvisioned: the VM's volumes are ready (no longer Provisioning).
+	GoalProvisioned Goal = "provisioned"
+	// GoalSnapshotReady, GoalSnapshotGone and GoalRestored are about the
+	// snapshot or restore named by TaskSpec.Object.
+	GoalSnapshotReady Goal = "snapshot-ready"
+	GoalSnapshotGone  Goal = "snapshot-gone"
+	GoalRestored      Goal = "restored"
 )
 
 // TaskSpec describes a task being started.
@@ -53,8 +60,10 @@ type TaskSpec struct {
 	Namespace, Name      string
 	UID                  types.UID // the VM the goal is about; guards against a namesake
 	PrevVMI              types.UID
-	Timeout              time.Duration
-	Log                  []string
+	// Object names the snapshot or restore a goal is about.
+	Object  string
+	Timeout time.Duration
+	Log     []string
 	// Err, when set, records a task that failed before waiting on anything.
 	Err error
 }
@@ -70,6 +79,7 @@ type Task struct {
 	goal            Goal
 	namespace, name string
 	uid, prevVMI    types.UID
+	object          string
 	deadline        time.Time
 	cmName          string
 }
@@ -124,7 +134,7 @@ func (ts *Tasks) Begin(ctx context.Context, spec TaskSpec) (*Task, error) {
 	t := &Task{
 		UPID: u, Status: "running", Log: append([]string(nil), spec.Log...),
 		goal: spec.Goal, namespace: spec.Namespace, name: spec.Name, uid: spec.UID, prevVMI: spec.PrevVMI,
-		cmName: taskPrefix + u.Key(),
+		object: spec.Object, cmName: taskPrefix + u.Key(),
 	}
 	if spec.Timeout <= 0 {
 		spec.Timeout = 5 * time.Minute
@@ -358,6 +368,35 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vm == nil || final {
 			return true, translate.ExitOK, nil
 		}
+	case GoalProvisioned:
+		if vm == nil {
+			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
+		}
+		switch vm.Status.PrintableStatus {
+		case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding, "":
+		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
+			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
+		default:
+			return true, translate.ExitOK, nil
+		}
+	case GoalSnapshotReady:
+		exists, ready, failure := ts.c.snapshotState(t.namespace, t.object)
+		switch {
+		case failure != "":
+			return true, failure, nil
+		case ready:
+			return true, translate.ExitOK, nil
+		case !exists && now.Sub(time.Unix(t.UPID.StartTime, 0)) > 10*time.Second:
+			return true, "snapshot " + t.object + " was deleted", nil
+		}
+	case GoalSnapshotGone:
+		if exists, _, _ := ts.c.snapshotState(t.namespace, t.object); !exists {
+			return true, translate.ExitOK, nil
+		}
+	case GoalRestored:
+		if _, complete := ts.c.restoreState(t.namespace, t.object); complete {
+			return true, translate.ExitOK, nil
+		}
 	case GoalRunning, GoalRestarted, GoalResumed, GoalPaused:
 		if vm == nil {
 			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
@@ -429,6 +468,7 @@ func (t *Task) toConfigMap(ns string) *corev1.ConfigMap {
 		"name":      t.name,
 		"uid":       string(t.uid),
 		"prevVMI":   string(t.prevVMI),
+		"object":    t.object,
 		"deadline":  t.deadline.UTC().Format(time.RFC3339),
 		"log":       strings.Join(t.Log, "\n"),
 	}
@@ -453,7 +493,7 @@ func taskFromConfigMap(cm *corev1.ConfigMap) (*Task, error) {
 	t := &Task{
 		UPID: u, Status: cm.Data["status"], ExitStatus: cm.Data["exitstatus"],
 		goal: Goal(cm.Data["goal"]), namespace: cm.Data["namespace"], name: cm.Data["name"],
-		uid: types.UID(cm.Data["uid"]), prevVMI: types.UID(cm.Data["prevVMI"]), cmName: cm.Name,
+		uid: types.UID(cm.Data["uid"]), prevVMI: types.UID(cm.Data["prevVMI"]), object: cm.Data["object"], cmName: cm.Name,
 	}
 	if l := cm.Data["log"]; l != "" {
 		t.Log = strings.Split(l, "\n")

@@ -31,3 +31,10 @@ const (
 	// the emulator while a long-running task owns the VM.
 	AnnotationLock = "pve.caddy-proxmox.io/lock"
 )
+
+// Snapshot annotations: PVE snapshot names allow what Kubernetes names do
+// not, so the PVE name is kept beside a derived object name.
+const (
+	AnnotationSnapName    = "pve.caddy-proxmox.io/snapname"
+	AnnotationDescription = "pve.caddy-proxmox.io/description"
+)

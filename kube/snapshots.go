@@ -1,0 +1,219 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go.uber.org/zap"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// SnapshotGroupVersion is KubeVirt's snapshot API.
+const SnapshotGroupVersion = "snapshot.kubevirt.io/v1beta1"
+
+// ErrNoSnapshotAPI is returned when the cluster does not serve KubeVirt's
+// snapshot API (the Snapshot feature gate is off or KubeVirt is older).
+var ErrNoSnapshotAPI = errors.New("snapshots need KubeVirt's snapshot API (snapshot.kubevirt.io/v1beta1), which this cluster does not serve: enable the Snapshot feature gate")
+
+const snapshotSourceIndex = "source"
+
+// startSnapshotStores watches snapshots and restores when the API exists.
+func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
+	if !c.opts.AssumeKubeVirtAPIs {
+		if _, err := c.Kube.Discovery().ServerResourcesForGroupVersion(SnapshotGroupVersion); err != nil {
+			c.logger.Info("snapshot API not served; snapshot endpoints will say so", zap.Error(err))
+			return nil
+		}
+	}
+	byVM := func(obj any) ([]string, error) {
+		switch o := obj.(type) {
+		case *snapshotv1.VirtualMachineSnapshot:
+			return []string{o.Namespace + "/" + o.Spec.Source.Name}, nil
+		case *snapshotv1.VirtualMachineRestore:
+			return []string{o.Namespace + "/" + o.Spec.Target.Name}, nil
+		}
+		return nil, nil
+	}
+	snaps := c.KubeVirt.SnapshotV1beta1()
+	c.snapshots = newStore(ctx, c.Kube, c.opts.Namespaces, &snapshotv1.VirtualMachineSnapshot{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			return snaps.VirtualMachineSnapshots(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			return snaps.VirtualMachineSnapshots(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, func(any, any) { c.Tasks.poke() })
+	c.restores = newStore(ctx, c.Kube, c.opts.Namespaces, &snapshotv1.VirtualMachineRestore{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			return snaps.VirtualMachineRestores(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			return snaps.VirtualMachineRestores(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, func(any, any) { c.Tasks.poke() })
+	return []*store{c.snapshots, c.restores}
+}
+
+// Snapshot is a VirtualMachineSnapshot under its PVE name.
+type Snapshot struct {
+	Name        string // PVE snapname
+	Description string
+	Obj         *snapshotv1.VirtualMachineSnapshot
+}
+
+// Snapshots lists g's snapshots, oldest first: PVE shows a chain, and
+// KubeVirt's flat list is ordered by creation to make one.
+func (c *Cluster) Snapshots(g Guest) ([]Snapshot, error) {
+	if c.snapshots == nil {
+		return nil, ErrNoSnapshotAPI
+	}
+	var out []Snapshot
+	for _, o := range c.snapshots.byIndex(snapshotSourceIndex, g.Namespace()+"/"+g.Name()) {
+		s := o.(*snapshotv1.VirtualMachineSnapshot)
+		if s.Status != nil && s.Status.SourceUID != nil && *s.Status.SourceUID != g.VM.UID {
+			continue // a snapshot of an earlier VM of the same name
+		}
+		name := s.Annotations[translate.AnnotationSnapName]
+		if name == "" {
+			name = s.Name
+		}
+		out = append(out, Snapshot{Name: name, Description: s.Annotations[translate.AnnotationDescription], Obj: s})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].Obj.CreationTimestamp, out[j].Obj.CreationTimestamp
+		if !a.Equal(&b) {
+			return a.Before(&b)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// CreateSnapshot asks KubeVirt for a snapshot of g named snapname (PVE's
+// name is kept in an annotation; the object name is derived from it).
+func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, description string) (*snapshotv1.VirtualMachineSnapshot, error) {
+	if c.snapshots == nil {
+		return nil, ErrNoSnapshotAPI
+	}
+	group := "kubevirt.io"
+	s := &snapshotv1.VirtualMachineSnapshot{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        translate.SnapshotObjectName(g.VMID, snapname),
+			Namespace:   g.Namespace(),
+			Labels:      map[string]string{translate.LabelVMID: fmt.Sprint(g.VMID)},
+			Annotations: map[string]string{translate.AnnotationSnapName: snapname, translate.AnnotationDescription: description},
+		},
+		Spec: snapshotv1.VirtualMachineSnapshotSpec{Source: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: g.Name()}},
+	}
+	out, err := c.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(g.Namespace()).Create(ctx, s, metav1.CreateOptions{})
+	if err == nil {
+		if inf := c.snapshots.informerFor(out.Namespace); inf != nil {
+			_ = inf.GetStore().Add(out.DeepCopy())
+		}
+	}
+	return out, err
+}
+
+// DeleteSnapshot deletes a snapshot, guarded by its UID.
+func (c *Cluster) DeleteSnapshot(ctx context.Context, s *snapshotv1.VirtualMachineSnapshot) error {
+	uid := s.UID
+	return c.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+}
+
+// SetSnapshotDescription updates the description annotation.
+func (c *Cluster) SetSnapshotDescription(ctx context.Context, s *snapshotv1.VirtualMachineSnapshot, description string) error {
+	cp := s.DeepCopy()
+	if cp.Annotations == nil {
+		cp.Annotations = map[string]string{}
+	}
+	cp.Annotations[translate.AnnotationDescription] = description
+	_, err := c.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Update(ctx, cp, metav1.UpdateOptions{})
+	return err
+}
+
+// RestoreSnapshot rolls g back to s with a VirtualMachineRestore.
+func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.VirtualMachineSnapshot) (*snapshotv1.VirtualMachineRestore, error) {
+	group := "kubevirt.io"
+	r := &snapshotv1.VirtualMachineRestore{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: s.Name + "-restore-",
+			Namespace:    g.Namespace(),
+			Labels:       map[string]string{translate.LabelVMID: fmt.Sprint(g.VMID)},
+		},
+		Spec: snapshotv1.VirtualMachineRestoreSpec{
+			Target:                     corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: g.Name()},
+			VirtualMachineSnapshotName: s.Name,
+		},
+	}
+	return c.KubeVirt.SnapshotV1beta1().VirtualMachineRestores(g.Namespace()).Create(ctx, r, metav1.CreateOptions{})
+}
+
+// snapshotState tells whether a snapshot is ready, failed (with why) or
+// gone.
+func (c *Cluster) snapshotState(ns, name string) (exists, ready bool, failure string) {
+	if c.snapshots == nil {
+		return false, false, ""
+	}
+	o := c.snapshots.get(ns, name)
+	if o == nil {
+		return false, false, ""
+	}
+	s := o.(*snapshotv1.VirtualMachineSnapshot)
+	if s.Status == nil {
+		return true, false, ""
+	}
+	if s.Status.Phase == snapshotv1.Failed {
+		msg := "snapshot failed"
+		if s.Status.Error != nil && s.Status.Error.Message != nil {
+			msg += ": " + *s.Status.Error.Message
+		}
+		for _, cnd := range s.Status.Conditions {
+			if cnd.Status == corev1.ConditionFalse && cnd.Reason != "" {
+				msg += " (" + cnd.Reason + ")"
+				break
+			}
+		}
+		return true, false, msg
+	}
+	return true, s.Status.ReadyToUse != nil && *s.Status.ReadyToUse, ""
+}
+
+// restoreState tells whether a restore completed.
+func (c *Cluster) restoreState(ns, name string) (exists, complete bool) {
+	if c.restores == nil {
+		return false, false
+	}
+	o := c.restores.get(ns, name)
+	if o == nil {
+		return false, false
+	}
+	r := o.(*snapshotv1.VirtualMachineRestore)
+	return true, r.Status != nil && r.Status.Complete != nil && *r.Status.Complete
+}
+
+// SnapshotVM returns the VM as the snapshot recorded it (from its
+// VirtualMachineSnapshotContent), or nil when there is none yet.
+func (c *Cluster) SnapshotVM(ctx context.Context, s *snapshotv1.VirtualMachineSnapshot) (*kubevirtv1.VirtualMachine, error) {
+	if s.Status == nil || s.Status.VirtualMachineSnapshotContentName == nil {
+		return nil, nil
+	}
+	content, err := c.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshotContents(s.Namespace).Get(ctx, *s.Status.VirtualMachineSnapshotContentName, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if content.Spec.Source.VirtualMachine == nil {
+		return nil, nil
+	}
+	src := content.Spec.Source.VirtualMachine
+	return &kubevirtv1.VirtualMachine{ObjectMeta: src.ObjectMeta, Spec: src.Spec}, nil
+}

@@ -1,0 +1,189 @@
+package translate
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// CloneRequest describes POST …/clone.
+type CloneRequest struct {
+	NewID       int
+	Node        string // target node (PVE's target=, else the source's)
+	Namespace   string // target pool
+	Name        string // new name; PVE's default is "Copy-of-VM-<name>"
+	Description string
+	// Storage overrides the StorageClass of every cloned disk.
+	Storage   string
+	NameTaken func(name string) bool
+}
+
+// storageIDRE is PVE's pve-storage-id format.
+var storageIDRE = regexp.MustCompile(`^(?i:[a-z][a-z0-9\-_.]*[a-z0-9])$`)
+
+// CloneVM builds the VM a clone of src creates: the same hardware, new
+// MACs, and every disk a DataVolume cloned from the source's claim (CDI
+// picks a CSI clone or snapshot where the storage can, a copy otherwise).
+func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
+	errs := map[string]string{}
+	if src.Spec.Template == nil {
+		errs["vmid"] = "the source VM has no template"
+		return nil, errs
+	}
+	cfg := StoredConfig(src)
+	name := req.Name
+	if name == "" {
+		n := cfg["name"]
+		if n == "" {
+			n = src.Name
+		}
+		name = "Copy-of-VM-" + n
+	}
+	if !dnsNameRE.MatchString(name) || len(name) > 253 {
+		errs["name"] = "invalid format - value does not look like a valid DNS name"
+	}
+	if req.Storage != "" && !storageIDRE.MatchString(req.Storage) {
+		errs["storage"] = fmt.Sprintf("invalid format - value '%s' does not look like a valid storage ID", req.Storage)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	kname := KubeName(name, req.NewID)
+	if req.NameTaken != nil && req.NameTaken(kname) {
+		kname = KubeName(kname+"-"+strconv.Itoa(req.NewID), req.NewID)
+		if req.NameTaken(kname) {
+			kname = "pve-" + strconv.Itoa(req.NewID)
+		}
+	}
+	spec := src.Spec.Template.Spec.DeepCopy()
+	if spec.Domain.Firmware != nil {
+		spec.Domain.Firmware.UUID = "" // KubeVirt assigns a new one
+		spec.Domain.Firmware.Serial = ""
+	}
+	if spec.Hostname != "" {
+		spec.Hostname = KubeName(strings.SplitN(name, ".", 2)[0], req.NewID)
+	}
+	// New MACs for every NIC, written back into the netN strings.
+	for i := range spec.Domain.Devices.Interfaces {
+		iface := &spec.Domain.Devices.Interfaces[i]
+		mac := GenerateMAC([]byte(fmt.Sprintf("%s/%d/%s", req.Namespace, req.NewID, iface.Name)))
+		iface.MacAddress = mac
+		if v, ok := cfg[iface.Name]; ok {
+			if ns, err := ParseNetSpec(v); err == nil {
+				ns.MAC = mac
+				cfg[iface.Name] = ns.String()
+			}
+		}
+	}
+	// Every disk becomes a DataVolume cloned from the source's claim.
+	renamed := map[string]string{} // old volume (DV or PVC) name -> new DV name
+	var dvs []kubevirtv1.DataVolumeTemplateSpec
+	oldDV := map[string]kubevirtv1.DataVolumeTemplateSpec{}
+	for _, dv := range src.Spec.DataVolumeTemplates {
+		oldDV[dv.Name] = dv
+	}
+	n := 0
+	for i := range spec.Volumes {
+		v := &spec.Volumes[i]
+		var claim string
+		var sc *string
+		var size corev1.ResourceList
+		switch {
+		case v.DataVolume != nil:
+			claim = v.DataVolume.Name
+			if dv, ok := oldDV[claim]; ok && dv.Spec.Storage != nil {
+				sc, size = dv.Spec.Storage.StorageClassName, dv.Spec.Storage.Resources.Requests
+			}
+		case v.PersistentVolumeClaim != nil && !v.PersistentVolumeClaim.ReadOnly:
+			claim = v.PersistentVolumeClaim.ClaimName
+		case v.CloudInitNoCloud != nil:
+			ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(req.NewID)}
+			v.CloudInitNoCloud.UserDataSecretRef, v.CloudInitNoCloud.NetworkDataSecretRef = ref, ref
+			v.CloudInitNoCloud.UserData, v.CloudInitNoCloud.NetworkData, v.CloudInitNoCloud.UserDataBase64 = "", "", ""
+			continue
+		case v.CloudInitConfigDrive != nil:
+			ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(req.NewID)}
+			v.CloudInitConfigDrive.UserDataSecretRef, v.CloudInitConfigDrive.NetworkDataSecretRef = ref, ref
+			continue
+		default:
+			continue // read-only ISOs and other sources are shared, not copied
+		}
+		newName := fmt.Sprintf("vm-%d-disk-%d", req.NewID, n)
+		n++
+		renamed[claim] = newName
+		if req.Storage != "" {
+			s := req.Storage
+			sc = &s
+		}
+		storage := &cdiv1.StorageSpec{StorageClassName: sc}
+		if size != nil {
+			storage.Resources.Requests = size.DeepCopy()
+		}
+		dvs = append(dvs, kubevirtv1.DataVolumeTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Name: newName},
+			Spec: cdiv1.DataVolumeSpec{
+				Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: src.Namespace, Name: claim}},
+				Storage: storage,
+			},
+		})
+		v.VolumeSource = kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: newName}}
+	}
+	// Rewrite the volume ids in the disk keys and drop what only the
+	// source has.
+	for k, v := range cfg {
+		switch {
+		case diskKeyRE.MatchString(k) || strings.HasPrefix(k, "unused"):
+			d, err := parseDrive(v)
+			if err != nil {
+				continue
+			}
+			if m := ownVolRE.FindStringSubmatch(d.file); m != nil {
+				nn, ok := renamed[m[2]]
+				if !ok {
+					delete(cfg, k)
+					continue
+				}
+				storage := m[1]
+				if req.Storage != "" {
+					storage = req.Storage
+				}
+				d.file = storage + ":" + nn
+			} else if m := ciVolRE.FindStringSubmatch(d.file); m != nil {
+				d.file = m[1] + ":" + CloudInitSecretName(req.NewID)
+			}
+			cfg[k] = d.String()
+		}
+	}
+	delete(cfg, "template")
+	cfg["name"] = name
+	if req.Description != "" {
+		cfg["description"] = req.Description
+	}
+	rs := kubevirtv1.RunStrategyManual
+	id := strconv.Itoa(req.NewID)
+	vm := &kubevirtv1.VirtualMachine{
+		TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: kname, Namespace: req.Namespace,
+			Labels: map[string]string{LabelVMID: id},
+			Annotations: map[string]string{
+				AnnotationNode: req.Node, AnnotationName: name, AnnotationConfig: EncodeConfig(cfg), AnnotationLock: LockClone,
+			},
+		},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy:         &rs,
+			DataVolumeTemplates: dvs,
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelVMID: id}},
+				Spec:       *spec,
+			},
+		},
+	}
+	return vm, nil
+}
