@@ -2,13 +2,16 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
 
 // goProxmoxFlow is the go-proxmox sequence the issue names: Version,
@@ -102,4 +105,79 @@ func TestGoProxmoxWithToken(t *testing.T) {
 func TestGoProxmoxWithLogin(t *testing.T) {
 	c := proxmox.NewClient(base+"/api2/json", proxmox.WithHTTPClient(testcaddy.Client()), proxmox.WithCredentials(&proxmox.Credentials{Username: userID, Password: userPass}))
 	goProxmoxFlow(t, c)
+}
+
+// TestGoProxmoxAgentAndClone: NewVirtualMachine → Task.Wait → Start →
+// AgentGetNetworkIFaces → Clone → Delete, the sequence go-proxmox users run.
+func TestGoProxmoxAgentAndClone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := proxmox.NewClient(base+"/api2/json", proxmox.WithHTTPClient(testcaddy.Client()), proxmox.WithAPIToken(tokenID, tokenSecret))
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := c.Node(ctx, nodes[0].Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := c.Cluster(ctx)
+	id, err := cl.NextID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := node.NewVirtualMachine(ctx, id,
+		proxmox.VirtualMachineOption{Name: "name", Value: "gopx-agent"},
+		proxmox.VirtualMachineOption{Name: "agent", Value: "1"},
+		proxmox.VirtualMachineOption{Name: "net0", Value: "virtio,bridge=vmbr0"},
+		proxmox.VirtualMachineOption{Name: "scsi0", Value: "local-path:2"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Wait(ctx, 200*time.Millisecond, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	vm := vmByID(t, strconv.Itoa(id))
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:"true"}}}}}`, kubevirtsim.AnnotationAgent)
+	if _, err := env.KubeVirt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, []byte(patch), metavOpts()); err != nil {
+		t.Fatal(err)
+	}
+	v, err := node.VirtualMachine(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task, err = v.Start(ctx); err != nil || task.Wait(ctx, 200*time.Millisecond, time.Minute) != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if err := v.WaitForAgent(ctx, 30); err != nil {
+		t.Fatalf("WaitForAgent: %v", err)
+	}
+	ifaces, err := v.AgentGetNetworkIFaces(ctx)
+	if err != nil || len(ifaces) == 0 || len(ifaces[0].IPAddresses) == 0 {
+		t.Fatalf("AgentGetNetworkIFaces: %v %+v", err, ifaces)
+	}
+	newID, task, err := v.Clone(ctx, &proxmox.VirtualMachineCloneOptions{Name: "gopx-agent-clone", Full: proxmox.IntOrBool(true)})
+	if err != nil {
+		t.Fatalf("Clone: %v", err)
+	}
+	if err := task.Wait(ctx, 200*time.Millisecond, time.Minute); err != nil || !task.IsSuccessful {
+		t.Fatalf("clone task: %v %+v", err, task)
+	}
+	clone, err := node.VirtualMachine(ctx, newID)
+	if err != nil || clone.Name != "gopx-agent-clone" {
+		t.Fatalf("clone: %v %+v", err, clone)
+	}
+	if task, err = v.Stop(ctx); err != nil || task.Wait(ctx, 200*time.Millisecond, time.Minute) != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	for _, d := range []*proxmox.VirtualMachine{clone, v} {
+		task, err := d.Delete(ctx, nil)
+		if err != nil {
+			t.Fatalf("Delete %d: %v", d.VMID, err)
+		}
+		if err := task.Wait(ctx, 200*time.Millisecond, time.Minute); err != nil || !task.IsSuccessful {
+			t.Fatalf("delete task %d: %v", d.VMID, err)
+		}
+	}
 }

@@ -1,8 +1,14 @@
 package integration
 
 import (
+	"context"
 	"net/url"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 )
@@ -40,3 +46,15 @@ func form(kv ...string) url.Values {
 	}
 	return v
 }
+
+// vmByID finds the VirtualMachine object carrying a vmid label.
+func vmByID(t *testing.T, id string) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	list, err := env.KubeVirt.KubevirtV1().VirtualMachines("").List(context.Background(), metav1.ListOptions{LabelSelector: translate.LabelVMID + "=" + id})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("VM with vmid %s: %v (%d found)", id, err, len(list.Items))
+	}
+	return &list.Items[0]
+}
+
+func metavOpts() metav1.PatchOptions { return metav1.PatchOptions{} }

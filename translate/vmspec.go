@@ -256,6 +256,13 @@ func applyConfig(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 		if !AgentEnabled(a) && !strings.HasPrefix(a, "0") && !strings.HasPrefix(a, "enabled=0") {
 			errs["agent"] = fmt.Sprintf("invalid format - value '%s' is not a valid agent setting", a)
 		}
+		// PVE prints property strings without the name of the default key:
+		// "enabled=1,type=virtio" reads back as "1,type=virtio" (Telmate
+		// looks at the first character only).
+		cfg["agent"] = dropDefaultKey(a, "enabled")
+	}
+	if c, ok := cfg["cpu"]; ok {
+		cfg["cpu"] = dropDefaultKey(c, "cputype")
 	}
 
 	spec := &vm.Spec.Template.Spec
@@ -669,4 +676,17 @@ func sortIndexed(keys []string) {
 		}
 		return ni < nj
 	})
+}
+
+// dropDefaultKey prints a property string the way PVE does: a leading
+// "<defaultKey>=<v>" part becomes just "<v>", wherever the client put it.
+func dropDefaultKey(v, defaultKey string) string {
+	parts := strings.Split(v, ",")
+	for i, p := range parts {
+		if val, ok := strings.CutPrefix(p, defaultKey+"="); ok {
+			rest := append(parts[:i:i], parts[i+1:]...)
+			return strings.Join(append([]string{val}, rest...), ",")
+		}
+	}
+	return v
 }

@@ -165,3 +165,19 @@ func FuzzParseIPConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestDropDefaultKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"enabled=1,fstrim_cloned_disks=0,type=virtio": "1,fstrim_cloned_disks=0,type=virtio",
+		"type=virtio,enabled=1":                       "1,type=virtio",
+		"1,type=virtio":                               "1,type=virtio",
+		"0":                                           "0",
+	} {
+		if got := dropDefaultKey(in, "enabled"); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+	if got := dropDefaultKey("cputype=host,flags=+aes", "cputype"); got != "host,flags=+aes" {
+		t.Errorf("cpu: %q", got)
+	}
+}
