@@ -26,14 +26,13 @@ var cloudInitKeys = []string{"ciuser", "cipassword", "sshkeys", "nameserver", "s
 
 // vmRequest is the translate request for a VM in namespace ns.
 func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[string]string) translate.VMRequest {
-	ctx := q.ctx()
 	return translate.VMRequest{
 		VMID: vmid, Node: node, Namespace: ns, Config: cfg,
 		NameTaken:     func(name string) bool { return q.c.VMNameTaken(ns, name) },
 		StorageExists: q.c.StorageClassExists,
 		ISOSize: func(claim string) (int64, bool) {
-			pvc, err := q.c.PVC(ctx, ns, claim)
-			if err != nil {
+			pvc := q.c.CachedPVC(ns, claim)
+			if pvc == nil {
 				return 0, false
 			}
 			if s, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {

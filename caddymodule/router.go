@@ -158,6 +158,8 @@ func (h *APIHandler) routes() *http.ServeMux {
 	h.handle(mux, "GET /nodes/{node}/network", h.getNodeNetwork)
 	h.handle(mux, "GET /nodes/{node}/storage", h.getNodeStorage)
 	h.handle(mux, "GET /nodes/{node}/storage/{storage}/status", h.getNodeStorageStatus)
+	h.handle(mux, "GET /nodes/{node}/storage/{storage}/content", h.getStorageContent)
+	h.handle(mux, "GET /nodes/{node}/storage/{storage}/content/{volume}", h.getStorageVolume)
 	h.handle(mux, "GET /nodes/{node}/lxc", h.getNodeLXC)
 	h.handle(mux, "GET /nodes/{node}/tasks", h.getNodeTasks)
 	h.handle(mux, "GET /nodes/{node}/tasks/{upid}", h.getTaskIndex)

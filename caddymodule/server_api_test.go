@@ -179,3 +179,20 @@ func TestAuthRequiredAndLogin(t *testing.T) {
 		t.Fatal("renewal failed")
 	}
 }
+
+func TestStorageContent(t *testing.T) {
+	a := shared(t)
+	var rows []map[string]any
+	a.OK("GET", "/nodes/kv-node-1-lab-internal/storage/local-lvm/content", url.Values{"vmid": {"100"}}, &rows)
+	if len(rows) == 0 || rows[0]["volid"] != "local-lvm:vm-100-disk-0" || rows[0]["vmid"] != float64(100) || rows[0]["format"] != "raw" {
+		t.Fatalf("content %v", rows)
+	}
+	var vol map[string]any
+	a.OK("GET", "/nodes/kv-node-1-lab-internal/storage/local-lvm/content/local-lvm:vm-100-disk-0", nil, &vol)
+	if vol["format"] != "raw" || vol["size"].(float64) <= 0 {
+		t.Fatalf("volume %v", vol)
+	}
+	if ans := a.Do("GET", "/nodes/kv-node-1-lab-internal/storage/nope/content", nil); ans.Code != 500 || !strings.Contains(ans.Message, "does not exist") {
+		t.Fatalf("unknown storage: %s", ans.Status)
+	}
+}

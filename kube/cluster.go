@@ -55,7 +55,7 @@ type Cluster struct {
 	opts   Options
 	logger *zap.Logger
 
-	vms, vmis, nodes, storageClasses, namespaces, tasks *store
+	vms, vmis, nodes, storageClasses, namespaces, tasks, pvcs *store
 	// snapshots and restores are nil when the cluster lacks the API.
 	snapshots, restores *store
 
@@ -172,6 +172,14 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc}, stripMeta, nil)
 
+	c.pvcs = newStore(runCtx, c.Kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			return c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, nil)
 	c.optional = c.startSnapshotStores(runCtx)
 	stores := c.allStores()
 	for _, s := range stores {
@@ -215,7 +223,7 @@ func (c *Cluster) Synced() bool {
 }
 
 func (c *Cluster) allStores() []*store {
-	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks}
+	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs}
 	if c.namespaces != nil {
 		out = append(out, c.namespaces)
 	}
