@@ -150,11 +150,14 @@ func (ts *Tasks) Begin(ctx context.Context, spec TaskSpec) (*Task, error) {
 	if _, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("recording task %s: %w", u, err)
 	}
+	// Copy before publishing: once t is in recent, the worker may finish
+	// it (a goal met already) and write to it under ts.mu.
+	out := t.copy()
 	ts.mu.Lock()
 	ts.recent[u.String()] = t
 	ts.mu.Unlock()
 	ts.poke()
-	return t.copy(), nil
+	return out, nil
 }
 
 // Get returns the current state of a task by UPID, evaluating its goal
