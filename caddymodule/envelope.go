@@ -51,12 +51,17 @@ func writeData(w http.ResponseWriter, v any, extra map[string]any) {
 		writeError(w, nil, newError(http.StatusInternalServerError, "encoding the answer: %v", err))
 		return
 	}
+	writeJSON(w, http.StatusOK, buf)
+}
+
+// writeJSON sends a JSON body with pveproxy's headers.
+func writeJSON(w http.ResponseWriter, code int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", contentType)
 	h.Set("Cache-Control", "max-age=0")
-	h.Set("Content-Length", strconv.Itoa(len(buf)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
 }
 
 // errorBody is the JSON body of an error answer.
@@ -124,12 +129,7 @@ func writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
 			return
 		}
 	}
-	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Cache-Control", "max-age=0")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(e.Code)
-	_, _ = w.Write(body)
+	writeJSON(w, e.Code, body)
 }
 
 func writeAll(brw *bufio.ReadWriter, p []byte) {

@@ -59,6 +59,16 @@ func (h *APIHandler) getQemuSnapshots(q *request) (any, *apiError) {
 	return append(out, cur), nil
 }
 
+// snapshot resolves {node}/{vmid}/snapshot/{snapname}.
+func (h *APIHandler) snapshot(q *request) (kube.Guest, kube.Snapshot, *apiError) {
+	g, e := h.guest(q)
+	if e != nil {
+		return g, kube.Snapshot{}, e
+	}
+	s, e := h.findSnapshot(q, g)
+	return g, s, e
+}
+
 // findSnapshot resolves {snapname}.
 func (h *APIHandler) findSnapshot(q *request, g kube.Guest) (kube.Snapshot, *apiError) {
 	name := q.r.PathValue("snapname")
@@ -116,11 +126,7 @@ func (h *APIHandler) postQemuSnapshot(q *request) (any, *apiError) {
 
 // deleteQemuSnapshot removes a snapshot; the task ends when it is gone.
 func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
-	g, e := h.guest(q)
-	if e != nil {
-		return nil, e
-	}
-	s, e := h.findSnapshot(q, g)
+	g, s, e := h.snapshot(q)
 	if e != nil {
 		return nil, e
 	}
@@ -135,11 +141,7 @@ func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
 // postQemuRollback restores a snapshot. KubeVirt restores stopped VMs
 // only; PVE's start=1 is honoured after the restore by the client.
 func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
-	g, e := h.guest(q)
-	if e != nil {
-		return nil, e
-	}
-	s, e := h.findSnapshot(q, g)
+	g, s, e := h.snapshot(q)
 	if e != nil {
 		return nil, e
 	}
@@ -156,11 +158,7 @@ func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 }
 
 func (h *APIHandler) getQemuSnapshotIndex(q *request) (any, *apiError) {
-	g, e := h.guest(q)
-	if e != nil {
-		return nil, e
-	}
-	if _, e := h.findSnapshot(q, g); e != nil {
+	if _, _, e := h.snapshot(q); e != nil {
 		return nil, e
 	}
 	return subdirs("config", "rollback"), nil
@@ -169,11 +167,7 @@ func (h *APIHandler) getQemuSnapshotIndex(q *request) (any, *apiError) {
 // getQemuSnapshotConfig is the config the snapshot holds, from the VM copy
 // in its snapshot content when KubeVirt recorded one.
 func (h *APIHandler) getQemuSnapshotConfig(q *request) (any, *apiError) {
-	g, e := h.guest(q)
-	if e != nil {
-		return nil, e
-	}
-	s, e := h.findSnapshot(q, g)
+	g, s, e := h.snapshot(q)
 	if e != nil {
 		return nil, e
 	}
@@ -188,11 +182,7 @@ func (h *APIHandler) getQemuSnapshotConfig(q *request) (any, *apiError) {
 }
 
 func (h *APIHandler) putQemuSnapshotConfig(q *request) (any, *apiError) {
-	g, e := h.guest(q)
-	if e != nil {
-		return nil, e
-	}
-	s, e := h.findSnapshot(q, g)
+	_, s, e := h.snapshot(q)
 	if e != nil {
 		return nil, e
 	}

@@ -90,11 +90,7 @@ func (h *APIHandler) getTaskLog(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	start, e := q.p.integer("start", 0, 0, math.MaxInt32)
-	if e != nil {
-		return nil, e
-	}
-	limit, e := q.p.integer("limit", 50, 0, math.MaxInt32)
+	start, limit, e := paging(q)
 	if e != nil {
 		return nil, e
 	}
@@ -141,11 +137,7 @@ func (h *APIHandler) getNodeTasks(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	start, e := q.p.integer("start", 0, 0, math.MaxInt32)
-	if e != nil {
-		return nil, e
-	}
-	limit, e := q.p.integer("limit", 50, 0, math.MaxInt32)
+	start, limit, e := paging(q)
 	if e != nil {
 		return nil, e
 	}
@@ -160,4 +152,13 @@ func (h *APIHandler) getNodeTasks(q *request) (any, *apiError) {
 func (h *APIHandler) getClusterTasks(q *request) (any, *apiError) {
 	rows, _ := taskRows(q.c.Tasks.List(""), 0, 1000, "", "", false)
 	return rows, nil
+}
+
+// paging reads PVE's start= and limit= (default 50).
+func paging(q *request) (start, limit int64, e *apiError) {
+	if start, e = q.p.integer("start", 0, 0, math.MaxInt32); e != nil {
+		return 0, 0, e
+	}
+	limit, e = q.p.integer("limit", 50, 0, math.MaxInt32)
+	return start, limit, e
 }

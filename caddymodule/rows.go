@@ -128,15 +128,8 @@ func factsOf(g kube.Guest, now time.Time) guestFacts {
 // boot disk).
 func maxDisk(g kube.Guest) int64 {
 	for _, dv := range g.VM.Spec.DataVolumeTemplates {
-		if dv.Spec.Storage != nil {
-			if q, ok := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; ok {
-				return q.Value()
-			}
-		}
-		if dv.Spec.PVC != nil {
-			if q, ok := dv.Spec.PVC.Resources.Requests[corev1.ResourceStorage]; ok {
-				return q.Value()
-			}
+		if n := translate.DataVolumeSize(dv); n > 0 {
+			return n
 		}
 	}
 	return 0

@@ -550,7 +550,7 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 					continue
 				}
 				volName = m[2]
-				if bytes := dvSize(dv); bytes > 0 {
+				if bytes := DataVolumeSize(dv); bytes > 0 {
 					d.set("size", FormatSize(bytes))
 				}
 			} else if m := newDiskRE.FindStringSubmatch(d.file); m != nil {
@@ -627,7 +627,8 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 	spec.Volumes = vols
 }
 
-func dvSize(dv kubevirtv1.DataVolumeTemplateSpec) int64 {
+// DataVolumeSize is the requested size of a DataVolume template.
+func DataVolumeSize(dv kubevirtv1.DataVolumeTemplateSpec) int64 {
 	if dv.Spec.Storage != nil {
 		if q, ok := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; ok {
 			return q.Value()
