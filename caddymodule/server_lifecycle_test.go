@@ -135,3 +135,52 @@ func TestBadCreateChangesNothing(t *testing.T) {
 		t.Fatal("a refused create changed the cluster")
 	}
 }
+
+// TestPowerActionsAndPools: reboot, reset, suspend/resume, suspend to disk
+// refused; a VM created with pool= lands in that namespace and pool.
+func TestPowerActionsAndPools(t *testing.T) {
+	a := shared(t)
+	node := "kv-node-2-lab-internal"
+	var id, upid string
+	a.OK("GET", "/cluster/nextid", nil, &id)
+	a.OK("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {id}, "name": {"power"}, "pool": {"lab"}, "start": {"1"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create+start: %s", exit)
+	}
+	var pools []map[string]any
+	a.OK("GET", "/pools", url.Values{"poolid": {"lab"}}, &pools)
+	found := false
+	for _, m := range pools[0]["members"].([]any) {
+		found = found || m.(map[string]any)["id"] == "qemu/"+id
+	}
+	if !found {
+		t.Fatalf("pool lab members %v", pools)
+	}
+	if ans := a.Do("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {"9999"}, "pool": {"nope"}}); ans.Code != 500 || !strings.Contains(ans.Message, "pool 'nope' does not exist") {
+		t.Fatalf("unknown pool: %s", ans.Status)
+	}
+	for _, step := range []struct{ action, qmp string }{{"reboot", "running"}, {"reset", "running"}, {"suspend", "paused"}, {"resume", "running"}} {
+		a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/"+step.action, nil, &upid)
+		if exit := a.WaitTask(upid); exit != "OK" {
+			t.Fatalf("%s: %s", step.action, exit)
+		}
+		if st := a.Status(node, id); st["status"] != "running" || st["qmpstatus"] != step.qmp {
+			t.Fatalf("after %s: %v", step.action, st)
+		}
+	}
+	if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+id+"/status/suspend", url.Values{"todisk": {"1"}}); ans.Code != 501 || !strings.Contains(ans.Message, "RAM state") {
+		t.Fatalf("todisk: %s", ans.Status)
+	}
+	if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+id+"/status/frobnicate", nil); ans.Code != 501 {
+		t.Fatalf("unknown action: %s", ans.Status)
+	}
+	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, &upid)
+	a.WaitTask(upid)
+	for _, action := range []string{"shutdown", "reboot", "reset", "suspend", "resume"} {
+		if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+id+"/status/"+action, nil); ans.Code != 500 || ans.Message != "VM "+id+" not running\n" {
+			t.Fatalf("%s on a stopped VM: %s %q", action, ans.Status, ans.Message)
+		}
+	}
+	a.OK("DELETE", "/nodes/"+node+"/qemu/"+id, nil, &upid)
+	a.WaitTask(upid)
+}
