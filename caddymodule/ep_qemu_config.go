@@ -89,8 +89,27 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	if len(cfg) == 0 && len(deletes) == 0 {
 		return g, nil
 	}
-	if _, ok := cfg["template"]; ok {
-		return g, paramErr("template", "use POST …/template to convert a VM into a template")
+	// template is a config key on PVE too: template=1 converts (Ansible's
+	// only way), setting what is already so changes nothing.
+	makeTemplate := false
+	if v, ok := cfg["template"]; ok {
+		on, e := params{"template": v}.boolean("template", false)
+		if e != nil {
+			return g, e
+		}
+		switch {
+		case on && !g.Template():
+			if running(g) {
+				return g, newError(http.StatusInternalServerError, "you can't convert a VM to template if VM is running")
+			}
+			makeTemplate = true
+		case !on && g.Template():
+			return g, newError(http.StatusInternalServerError, "you can't convert a template to a VM")
+		}
+		delete(cfg, "template")
+		if len(cfg) == 0 && len(deletes) == 0 && !makeTemplate {
+			return g, nil
+		}
 	}
 	digest := q.p["digest"]
 	return h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
@@ -104,6 +123,9 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 		ciChanged := touches(cfg, deletes, cloudInitKeys...) || touches(cfg, deletes, "ipconfig", "net", "ide", "sata", "scsi", "virtio")
 		if e := h.applyCloudInit(q, g.VMID, want, cfg["cipassword"], ciChanged); e != nil {
 			return nil, e
+		}
+		if makeTemplate {
+			markTemplate(want)
 		}
 		return want, nil
 	}, translate.AnnotationConfig, translate.AnnotationName)
@@ -344,25 +366,17 @@ func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 		return nil, e
 	}
 	if running(g) {
-		return nil, newError(http.StatusInternalServerError, "You can't convert a VM to template if VM is running")
+		return nil, newError(http.StatusInternalServerError, "you can't convert a VM to template if VM is running")
 	}
 	if g.Template() {
-		return nil, newError(http.StatusInternalServerError, "VM %d is already a template", g.VMID)
+		return nil, newError(http.StatusInternalServerError, "you can't convert a template to a template")
+	}
+	if snaps, err := q.c.Snapshots(g); err == nil && len(snaps) > 0 {
+		return nil, newError(http.StatusInternalServerError, "unable to create template, because VM contains snapshots")
 	}
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
 		want := g.VM.DeepCopy()
-		if want.Labels == nil {
-			want.Labels = map[string]string{}
-		}
-		want.Labels[translate.LabelTemplate] = "true"
-		halted := kubevirtv1.RunStrategyHalted
-		want.Spec.RunStrategy = &halted
-		cfg := translate.StoredConfig(want)
-		cfg["template"] = "1"
-		if want.Annotations == nil {
-			want.Annotations = map[string]string{}
-		}
-		want.Annotations[translate.AnnotationConfig] = translate.EncodeConfig(cfg)
+		markTemplate(want)
 		return want, nil
 	}, translate.AnnotationConfig)
 	if e != nil {
@@ -381,4 +395,21 @@ func replaceSize(drive, size string) string {
 		}
 	}
 	return strings.Join(append(out, "size="+size), ",")
+}
+
+// markTemplate makes vm a PVE template: labelled, Halted (KubeVirt never
+// starts it), template=1 in its config.
+func markTemplate(vm *kubevirtv1.VirtualMachine) {
+	if vm.Labels == nil {
+		vm.Labels = map[string]string{}
+	}
+	vm.Labels[translate.LabelTemplate] = "true"
+	halted := kubevirtv1.RunStrategyHalted
+	vm.Spec.RunStrategy = &halted
+	cfg := translate.StoredConfig(vm)
+	cfg["template"] = "1"
+	if vm.Annotations == nil {
+		vm.Annotations = map[string]string{}
+	}
+	vm.Annotations[translate.AnnotationConfig] = translate.EncodeConfig(cfg)
 }

@@ -67,5 +67,15 @@ func pathTemplate(p string) string {
 			parts[i] = "{long}"
 		}
 	}
-	return "/" + strings.Join(parts, "/")
+	// Label values must be UTF-8; whatever a client sends is not.
+	return strings.ToValidUTF8("/"+strings.Join(parts, "/"), "?")
+}
+
+// methodLabel keeps the method label set bounded.
+func methodLabel(m string) string {
+	switch m {
+	case "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS":
+		return m
+	}
+	return "OTHER"
 }

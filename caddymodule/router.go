@@ -101,7 +101,7 @@ func (h *APIHandler) notImplemented(w http.ResponseWriter, r *http.Request) {
 		rel = "/"
 	}
 	tmpl := pathTemplate(rel)
-	h.metrics.unimplemented.WithLabelValues(r.Method, tmpl).Inc()
+	h.metrics.unimplemented.WithLabelValues(methodLabel(r.Method), tmpl).Inc()
 	h.logger.Warn("proxmox API gap: method not implemented", zap.String("method", r.Method), zap.String("path", rel), zap.String("template", tmpl))
 	writeError(w, r, newError(http.StatusNotImplemented, "Method '%s %s' not implemented", r.Method, rel))
 }

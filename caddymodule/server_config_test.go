@@ -88,7 +88,7 @@ func TestConfigUpdateDigestPendingResizeTemplate(t *testing.T) {
 		t.Fatal("a refused update changed the config")
 	}
 	// Template: refused while running, then done when stopped.
-	if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+id+"/template", nil); ans.Code != 500 || !strings.Contains(ans.Message, "running") {
+	if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+id+"/template", nil); ans.Code != 500 || !strings.Contains(ans.Message, "if VM is running") {
 		t.Fatalf("template while running: %s", ans.Status)
 	}
 	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, &upid)

@@ -30,14 +30,21 @@ func ConfigView(vm *kubevirtv1.VirtualMachine) map[string]any {
 }
 
 // configStrings is the config as strings: stored keys overlaid with what
-// the VM object says now (so a kubectl edit shows up).
+// the VM object says now (so a kubectl edit shows up). Like PVE, keys at
+// their default are shown only when they were set.
 func configStrings(vm *kubevirtv1.VirtualMachine) map[string]string {
 	cfg := StoredConfig(vm)
+	adopted := len(cfg) == 0 // made outside this API: show what it has
+	overlay := func(key, live, def string) {
+		if _, set := cfg[key]; set || adopted || live != def {
+			cfg[key] = live
+		}
+	}
 	sockets, cores := CPUTopology(vm)
-	cfg["sockets"] = strconv.Itoa(sockets)
-	cfg["cores"] = strconv.Itoa(cores)
+	overlay("sockets", strconv.Itoa(sockets), "1")
+	overlay("cores", strconv.Itoa(cores), "1")
 	if mem := MemoryBytes(vm); mem > 0 {
-		cfg["memory"] = strconv.FormatInt(mem>>20, 10)
+		overlay("memory", strconv.FormatInt(mem>>20, 10), "512")
 	}
 	if n := vm.Annotations[AnnotationName]; n != "" {
 		cfg["name"] = n
@@ -62,9 +69,6 @@ func configStrings(vm *kubevirtv1.VirtualMachine) map[string]string {
 			}
 			cfg[iface.Name] = spec + ",bridge=" + DefaultBridge
 		}
-	}
-	if _, ok := cfg["ostype"]; !ok {
-		cfg["ostype"] = "other"
 	}
 	return cfg
 }

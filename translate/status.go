@@ -69,43 +69,28 @@ func VMState(printableStatus kubevirtv1.VirtualMachinePrintableStatus, vmiPhase 
 		lock = LockCreate
 	}
 
-	live := hasVMI && vmiPhase != kubevirtv1.Succeeded && vmiPhase != kubevirtv1.Failed
-	if hasVMI && vmiPhase == kubevirtv1.Unknown {
+	// The instance is the truth: a start task ends when the VMI runs, so
+	// status/current must say running from that moment on, although the
+	// VM's printableStatus follows only later.
+	if !hasVMI {
+		return GuestState{Status: StatusStopped, QMPStatus: QMPStopped, Lock: lock}
+	}
+	switch vmiPhase {
+	case kubevirtv1.Unknown:
 		return GuestState{Status: StatusUnknown, Lock: lock}
-	}
-	stopped := GuestState{Status: StatusStopped, QMPStatus: QMPStopped, Lock: lock}
-	running := GuestState{Status: StatusRunning, QMPStatus: QMPRunning, Lock: lock}
-	if paused {
-		running.QMPStatus = QMPPaused
-	}
-
-	switch printableStatus {
-	case kubevirtv1.VirtualMachineStatusRunning,
-		kubevirtv1.VirtualMachineStatusMigrating:
-		if hasVMI && !live {
-			return stopped
+	case kubevirtv1.Running:
+		st := GuestState{Status: StatusRunning, QMPStatus: QMPRunning, Lock: lock}
+		if paused {
+			st.QMPStatus = QMPPaused
 		}
-		return running
-	case kubevirtv1.VirtualMachineStatusPaused:
-		if hasVMI && !live {
-			return stopped
-		}
-		running.QMPStatus = QMPPaused
-		return running
-	case kubevirtv1.VirtualMachineStatusStopping,
-		kubevirtv1.VirtualMachineStatusTerminating:
-		if live {
-			return running
-		}
-		return stopped
-	case kubevirtv1.VirtualMachineStatusStarting:
-		if live && vmiPhase == kubevirtv1.Scheduled {
+		return st
+	case kubevirtv1.Scheduled:
+		if printableStatus == kubevirtv1.VirtualMachineStatusStarting {
+			// The launcher runs and QEMU is being set up: PVE's prelaunch.
 			return GuestState{Status: StatusRunning, QMPStatus: QMPPrelaunch, Lock: lock}
 		}
-		return stopped
-	default:
-		return stopped
 	}
+	return GuestState{Status: StatusStopped, QMPStatus: QMPStopped, Lock: lock}
 }
 
 // PVE node status values of /nodes and /cluster/resources.

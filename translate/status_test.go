@@ -28,7 +28,7 @@ func TestVMState(t *testing.T) {
 		{"running but paused condition", in{kubevirtv1.VirtualMachineStatusRunning, kubevirtv1.Running, true, true}, paused},
 		{"running printable with final VMI", in{kubevirtv1.VirtualMachineStatusRunning, kubevirtv1.Failed, true, false}, stopped},
 		{"paused", in{kubevirtv1.VirtualMachineStatusPaused, kubevirtv1.Running, true, true}, paused},
-		{"paused printable before condition", in{kubevirtv1.VirtualMachineStatusPaused, kubevirtv1.Running, true, false}, paused},
+		{"paused printable, condition not yet set: the VMI decides", in{kubevirtv1.VirtualMachineStatusPaused, kubevirtv1.Running, true, false}, running},
 		{"migrating", in{kubevirtv1.VirtualMachineStatusMigrating, kubevirtv1.Running, true, false},
 			GuestState{Status: "running", QMPStatus: "running", Lock: "migrate"}},
 		{"migrating paused", in{kubevirtv1.VirtualMachineStatusMigrating, kubevirtv1.Running, true, true},
@@ -60,7 +60,7 @@ func TestVMState(t *testing.T) {
 			GuestState{Status: "unknown"}},
 		{"unknown VMI phase keeps lock", in{kubevirtv1.VirtualMachineStatusMigrating, kubevirtv1.Unknown, true, false},
 			GuestState{Status: "unknown", Lock: "migrate"}},
-		{"future printable status", in{"SomethingNew", kubevirtv1.Running, true, false}, stopped},
+		{"unknown printable status, running VMI", in{"SomethingNew", kubevirtv1.Running, true, false}, running},
 	}
 	for _, tt := range tests {
 		got := VMState(tt.in.ps, tt.in.phase, tt.in.hasVMI, tt.in.paused)
