@@ -1,0 +1,75 @@
+package lxc
+
+import (
+	"sync"
+	"time"
+)
+
+// Event is one step of a wake, for the loading page's live progress.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Phase is one of: starting, waiting_stop, waking_dep, start_task,
+	// task_ok, running, address, probing, settling, ready, error.
+	Phase   string `json:"phase"`
+	Message string `json:"message"`
+	// Progress is a rough percentage for a progress bar.
+	Progress int `json:"progress"`
+	// Final marks ready and error, after which the stream ends.
+	Final bool `json:"final,omitempty"`
+	// RetryAfter, on errors, is how long until a new wake may be tried.
+	RetryAfter time.Duration `json:"-"`
+}
+
+// progress is a broadcast of the events of the current wake, replayed to
+// late subscribers. A new wake clears the history.
+type progress struct {
+	mu   sync.Mutex
+	hist []Event
+	subs map[chan Event]struct{}
+}
+
+// maxHistory bounds the replay buffer (probing emits one event per try,
+// but only the first few and every tenth are kept).
+const maxHistory = 64
+
+func (p *progress) reset() {
+	p.mu.Lock()
+	p.hist = p.hist[:0]
+	p.mu.Unlock()
+}
+
+func (p *progress) emit(e Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.hist) < maxHistory || e.Final {
+		p.hist = append(p.hist, e)
+	}
+	for ch := range p.subs {
+		select {
+		case ch <- e:
+		default:
+			// A slow subscriber misses intermediate steps; the final
+			// event is what matters and the page reloads on it anyway.
+		}
+	}
+}
+
+// subscribe returns the history so far and a channel of later events.
+func (p *progress) subscribe() ([]Event, chan Event, func()) {
+	ch := make(chan Event, 32)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.subs == nil {
+		p.subs = map[chan Event]struct{}{}
+	}
+	p.subs[ch] = struct{}{}
+	hist := append([]Event(nil), p.hist...)
+	return hist, ch, func() {
+		p.mu.Lock()
+		delete(p.subs, ch)
+		p.mu.Unlock()
+	}
+}

@@ -1,0 +1,53 @@
+package lxc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// probeClient is shared by HTTP probes; it never follows redirects (a 3xx
+// is an answer) and keeps no connections (the guest may vanish).
+var probeClient = &http.Client{
+	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, ResponseHeaderTimeout: 2 * time.Second},
+	CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	},
+	Timeout: 3 * time.Second,
+}
+
+// probe checks once that the guest's service answers.
+func probe(ctx context.Context, kind, host string, port int, path string) error {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	switch kind {
+	case ProbeNone:
+		return nil
+	case ProbeHTTP:
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("User-Agent", "caddy-proxmox-probe")
+		res, err := probeClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+		res.Body.Close()
+		if res.StatusCode < 200 || res.StatusCode > 399 {
+			return fmt.Errorf("http probe %s: status %d", path, res.StatusCode)
+		}
+		return nil
+	default:
+		d := net.Dialer{Timeout: time.Second}
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+}

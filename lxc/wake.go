@@ -1,0 +1,341 @@
+package lxc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// WakeOp is one wake of a guest, shared by every request that needs it.
+type WakeOp struct {
+	done    chan struct{}
+	err     error
+	started time.Time
+}
+
+// Done is closed when the wake ends.
+func (o *WakeOp) Done() <-chan struct{} { return o.done }
+
+// Err is the wake's error once Done is closed: nil when ready, else a
+// *WakeError.
+func (o *WakeOp) Err() error { return o.err }
+
+func finishedOp(err error) *WakeOp {
+	o := &WakeOp{done: make(chan struct{}), err: err}
+	close(o.done)
+	return o
+}
+
+// WakeError is a failed wake, or a wake refused during back-off.
+type WakeError struct {
+	Err error
+	// RetryAfter is how long until the next wake may be tried.
+	RetryAfter time.Duration
+	// Timeout is set when wake_timeout expired.
+	Timeout bool
+	// Backoff is set when no wake was tried because a recent one failed.
+	Backoff bool
+}
+
+func (e *WakeError) Error() string { return e.Err.Error() }
+
+func (e *WakeError) Unwrap() error { return e.Err }
+
+// Wake starts a wake unless one is running (then it is shared) or the
+// guest is ready; it returns at once. The wake belongs to the guest, not
+// to the caller: it goes on when callers give up, bounded by wake_timeout.
+func (g *Guest) Wake(reason string) *WakeOp {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wakeLocked(reason, false)
+}
+
+// WakeNow is Wake ignoring a failure back-off (for the admin API).
+func (g *Guest) WakeNow(reason string) *WakeOp {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wakeLocked(reason, true)
+}
+
+func (g *Guest) wakeLocked(reason string, force bool) *WakeOp {
+	if g.wake != nil {
+		return g.wake
+	}
+	if g.state == StateReady {
+		return finishedOp(nil)
+	}
+	now := time.Now()
+	if g.state == StateFailed && now.Before(g.failedUntil) && !force {
+		return finishedOp(&WakeError{
+			Err:        fmt.Errorf("the last start failed, next try in %s: %s", g.failedUntil.Sub(now).Round(time.Second), g.lastErr),
+			RetryAfter: g.failedUntil.Sub(now), Backoff: true,
+		})
+	}
+	op := &WakeOp{done: make(chan struct{}), started: now}
+	g.wake = op
+	if g.state != StateStopping {
+		g.setStateLocked(StateStarting)
+	}
+	b := g.currentLocked()
+	g.prog.reset()
+	g.emit(Event{Phase: "starting", Message: "Waking up " + g.displayLocked(), Progress: 5})
+	g.logger.Info("waking guest", zap.String("reason", reason), zap.String("node", g.target.node), zap.Int("vmid", g.target.vmid))
+	go g.runWake(op, b)
+	return op
+}
+
+func (g *Guest) displayLocked() string {
+	if g.name != "" && g.name != g.ref {
+		return fmt.Sprintf("%s (%s)", g.name, g.ref)
+	}
+	return g.ref
+}
+
+// WaitReady wakes the guest if needed and waits until it is ready, the
+// wake fails, or ctx ends.
+func (g *Guest) WaitReady(ctx context.Context) error {
+	op := g.Wake("dependency")
+	select {
+	case <-op.Done():
+		return op.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runWake runs one wake to its end and publishes the outcome.
+func (g *Guest) runWake(op *WakeOp, b *Binding) {
+	cfg := b.cfg
+	ctx, cancel := context.WithTimeout(g.ctx, cfg.WakeTimeout)
+	defer cancel()
+	deps, err := g.wakeSteps(ctx, b)
+	if err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = &WakeError{Err: fmt.Errorf("not ready within wake_timeout %s: %w", cfg.WakeTimeout, err), Timeout: true}
+	}
+	elapsed := time.Since(op.started)
+	g.mu.Lock()
+	g.wake = nil
+	now := time.Now()
+	if err != nil {
+		g.failures++
+		backoff := cfg.RetryBackoff << min(g.failures-1, 16)
+		if backoff > cfg.MaxBackoff || backoff <= 0 {
+			backoff = cfg.MaxBackoff
+		}
+		g.failedUntil = now.Add(backoff)
+		g.lastErr = err.Error()
+		we, ok := err.(*WakeError)
+		if !ok {
+			we = &WakeError{Err: err}
+		}
+		we.RetryAfter = backoff
+		op.err = we
+		g.setStateLocked(StateFailed)
+		g.host = ""
+		// The guest may be running without being ready: let it idle out.
+		g.lastActivity = now
+		g.armIdleLocked(0)
+		for _, d := range deps {
+			go d.unhold()
+		}
+	} else {
+		g.failures = 0
+		g.lastErr = ""
+		g.external = false
+		g.setStateLocked(StateReady)
+		g.readySince = now
+		g.lastActivity = now
+		g.heldDeps = append(g.heldDeps, deps...)
+		g.armIdleLocked(0)
+	}
+	close(op.done)
+	retry := g.failedUntil.Sub(now)
+	t := g.target
+	g.mu.Unlock()
+
+	result := "ready"
+	if err != nil {
+		result = "error"
+		metrics.wakeFailures.WithLabelValues(g.clusterName, g.ref).Inc()
+		g.logger.Error("wake failed", zap.Error(err), zap.Duration("duration", elapsed),
+			zap.String("node", t.node), zap.Int("vmid", t.vmid), zap.Duration("retry_in", retry))
+		g.emit(Event{Phase: "error", Message: err.Error(), Progress: 100, Final: true, RetryAfter: retry})
+	} else {
+		g.logger.Info("guest ready", zap.Duration("duration", elapsed), zap.String("node", t.node), zap.Int("vmid", t.vmid))
+		g.emit(Event{Phase: "ready", Message: "Ready", Progress: 100, Final: true})
+	}
+	metrics.wakeDuration.WithLabelValues(g.clusterName, g.ref, result).Observe(elapsed.Seconds())
+}
+
+// wakeSteps brings the guest up, checking readiness in layers: start task
+// OK, status running, address known, probe passing, settle delay. It
+// returns the dependencies it woke (held awake) even on error.
+func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
+	cfg := b.cfg
+	// A stop in progress finishes first; then the guest starts again.
+	g.mu.Lock()
+	stopDone := g.stopDone
+	g.mu.Unlock()
+	if stopDone != nil {
+		g.emit(Event{Phase: "waiting_stop", Message: "Waiting for a shutdown in progress to finish", Progress: 8})
+		select {
+		case <-stopDone:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for a stop in progress: %w", ctx.Err())
+		}
+		g.mu.Lock()
+		g.setStateLocked(StateStarting)
+		g.mu.Unlock()
+	}
+
+	deps, err := g.wakeDeps(ctx, b)
+	if err != nil {
+		return deps, err
+	}
+
+	c := b.c
+	if c == nil {
+		return deps, errors.New("guest has no cluster")
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		return deps, err
+	}
+	res, err := c.Lookup(g.ref)
+	if err != nil {
+		return deps, err
+	}
+	t := target{node: res.Node, kind: res.Kind, vmid: res.VMID}
+	g.mu.Lock()
+	g.target, g.name = t, res.Name
+	g.mu.Unlock()
+	client := c.Client()
+	log := g.logger.With(zap.String("node", t.node), zap.Int("vmid", t.vmid), zap.String("type", t.kind))
+
+	// The poll may be a few seconds old: ask the guest's node.
+	st, err := status(ctx, client, t)
+	if err != nil {
+		return deps, fmt.Errorf("reading status: %w", err)
+	}
+	switch {
+	case st.Status == "running" && st.paused():
+		g.emit(Event{Phase: "start_task", Message: "Resuming the suspended guest", Progress: 20})
+		task, err := runTask(ctx, client, t, "resume", cfg.TaskPollInterval, cfg.StopTimeout)
+		if task != nil {
+			log.Info("resume task", zap.String("upid", string(task.UPID)), zap.Error(err))
+		}
+		if err != nil {
+			return deps, err
+		}
+		g.emit(Event{Phase: "task_ok", Message: "Resumed", Progress: 50})
+	case st.Status == "running":
+		g.emit(Event{Phase: "running", Message: "Already running", Progress: 50})
+	default:
+		g.emit(Event{Phase: "start_task", Message: fmt.Sprintf("Starting %s %d on %s", kindLabel(t.kind), t.vmid, t.node), Progress: 15})
+		task, err := runTask(ctx, client, t, "start", cfg.TaskPollInterval, cfg.StopTimeout)
+		if task != nil {
+			log.Info("start task", zap.String("upid", string(task.UPID)), zap.NamedError("task_error", err))
+		}
+		if err != nil && !isAlreadyRunning(err) {
+			return deps, err
+		}
+		g.emit(Event{Phase: "task_ok", Message: "Start task finished: OK", Progress: 45})
+	}
+
+	for {
+		if st.Status == "running" && !st.paused() {
+			break
+		}
+		if !sleepCtx(ctx, cfg.TaskPollInterval) {
+			return deps, fmt.Errorf("waiting for status running: %w", ctx.Err())
+		}
+		if st, err = status(ctx, client, t); err != nil {
+			return deps, fmt.Errorf("reading status: %w", err)
+		}
+	}
+	g.emit(Event{Phase: "running", Message: "Guest is running", Progress: 55})
+
+	if !cfg.needAddress {
+		return deps, nil
+	}
+	host := cfg.Address
+	for host == "" {
+		a, err := discoverAddress(ctx, client, t)
+		if err != nil {
+			if errors.Is(err, errNoAgent) {
+				return deps, err
+			}
+			log.Debug("address discovery", zap.Error(err))
+		}
+		if a != "" {
+			host = a
+			break
+		}
+		if !sleepCtx(ctx, cfg.TaskPollInterval) {
+			return deps, fmt.Errorf("waiting for the guest's address: %w", ctx.Err())
+		}
+	}
+	g.mu.Lock()
+	g.host = host
+	g.mu.Unlock()
+	g.emit(Event{Phase: "address", Message: "Address " + host, Progress: 65})
+
+	for i := 1; ; i++ {
+		err := probe(ctx, cfg.Probe, host, cfg.Port, cfg.ProbePath)
+		if err == nil {
+			break
+		}
+		if i <= 3 || i%10 == 0 {
+			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90)})
+		}
+		if !sleepCtx(ctx, cfg.ProbeInterval) {
+			return deps, fmt.Errorf("service on %s port %d not answering: %v", host, cfg.Port, err)
+		}
+	}
+	if cfg.ReadyAfter > 0 {
+		g.emit(Event{Phase: "settling", Message: "Letting the service settle", Progress: 95})
+		if !sleepCtx(ctx, cfg.ReadyAfter) {
+			return deps, ctx.Err()
+		}
+	}
+	return deps, nil
+}
+
+// wakeDeps wakes the dependencies in parallel and holds them awake.
+func (g *Guest) wakeDeps(ctx context.Context, b *Binding) ([]*Guest, error) {
+	if len(b.deps) == 0 {
+		return nil, nil
+	}
+	g.emit(Event{Phase: "waking_dep", Message: fmt.Sprintf("Waking %d dependencies", len(b.deps)), Progress: 10})
+	var wg sync.WaitGroup
+	errs := make([]error, len(b.deps))
+	for i, d := range b.deps {
+		d.g.hold()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.g.WaitReady(ctx)
+		}()
+	}
+	wg.Wait()
+	held := make([]*Guest, 0, len(b.deps))
+	for _, d := range b.deps {
+		held = append(held, d.g)
+	}
+	for i, err := range errs {
+		if err != nil {
+			return held, fmt.Errorf("dependency %s: %w", b.deps[i].g.ref, err)
+		}
+	}
+	return held, nil
+}
+
+func kindLabel(kind string) string {
+	if kind == "qemu" {
+		return "VM"
+	}
+	return "CT"
+}

@@ -1,0 +1,136 @@
+package pvesim
+
+import (
+	"fmt"
+	"time"
+)
+
+// clusterStatusLocked is GET /cluster/status.
+func (s *Sim) clusterStatusLocked() []map[string]any {
+	rows := []map[string]any{{
+		"type": "cluster", "id": "cluster", "name": s.opts.ClusterName,
+		"nodes": len(s.opts.Nodes), "quorate": 1, "version": 3,
+	}}
+	for i, n := range s.opts.Nodes {
+		local := 0
+		if i == 0 {
+			local = 1
+		}
+		rows = append(rows, map[string]any{
+			"type": "node", "id": "node/" + n, "name": n, "nodeid": i + 1,
+			"online": 1, "local": local, "ip": "127.0.0.1", "level": "",
+		})
+	}
+	return rows
+}
+
+// resourcesLocked is GET /cluster/resources[?type=vm|node].
+func (s *Sim) resourcesLocked(typ string) []map[string]any {
+	rows := []map[string]any{}
+	if typ == "" || typ == "node" {
+		for _, n := range s.opts.Nodes {
+			r := s.nodeRowLocked(n)
+			delete(r, "ssl_fingerprint")
+			rows = append(rows, r)
+		}
+	}
+	if typ == "" || typ == "vm" {
+		for _, id := range s.sortedIDsLocked() {
+			g := s.guests[id]
+			rows = append(rows, map[string]any{
+				"id": fmt.Sprintf("%s/%d", g.spec.Kind, id), "type": g.spec.Kind, "vmid": id,
+				"node": g.spec.Node, "name": g.spec.Name, "status": g.status,
+				"uptime": g.uptime(), "template": 0, "maxcpu": 1, "cpu": 0.0,
+				"maxmem": 536870912, "mem": 0, "maxdisk": 8589934592, "disk": 0,
+				"netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
+			})
+		}
+	}
+	return rows
+}
+
+func (s *Sim) nodeRowLocked(n string) map[string]any {
+	return map[string]any{
+		"id": "node/" + n, "node": n, "type": "node", "status": "online",
+		"uptime": int(time.Since(s.started).Seconds()), "cpu": 0.01, "maxcpu": 4,
+		"mem": 1 << 30, "maxmem": 8 << 30, "disk": 2 << 30, "maxdisk": 32 << 30,
+		"level": "", "ssl_fingerprint": "00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF",
+	}
+}
+
+// nodeStatusLocked is GET /nodes/{node}/status.
+func (s *Sim) nodeStatusLocked() map[string]any {
+	return map[string]any{
+		"cpu": 0.01, "wait": 0.0, "idle": 0,
+		"uptime":     int(time.Since(s.started).Seconds()),
+		"loadavg":    []string{"0.10", "0.05", "0.01"},
+		"memory":     map[string]any{"total": 8 << 30, "used": 1 << 30, "free": 7 << 30},
+		"swap":       map[string]any{"total": 0, "used": 0, "free": 0},
+		"rootfs":     map[string]any{"total": 32 << 30, "used": 2 << 30, "free": 30 << 30, "avail": 30 << 30},
+		"cpuinfo":    map[string]any{"cpus": 4, "cores": 4, "sockets": 1, "model": "pvesim", "mhz": "2400.000", "hvm": "1", "user_hz": 100},
+		"kversion":   "Linux 6.8.12-4-pve #1 SMP PREEMPT_DYNAMIC",
+		"pveversion": "pve-manager/8.4.1/2a5fa54a8503f96d",
+	}
+}
+
+func (g *guest) uptime() int {
+	if g.status != "running" {
+		return 0
+	}
+	return int(time.Since(g.since).Seconds())
+}
+
+// statusRowLocked is a /nodes/{n}/{kind} row, or status/current.
+func (g *guest) statusRowLocked(current bool) map[string]any {
+	row := map[string]any{
+		"vmid": g.spec.VMID, "name": g.spec.Name, "status": g.status,
+		"uptime": g.uptime(), "cpus": 1, "cpu": 0.0, "maxmem": 536870912, "mem": 0,
+		"maxdisk": 8589934592, "disk": 0, "netin": 0, "netout": 0,
+	}
+	if g.spec.Kind == "lxc" {
+		row["type"] = "lxc"
+		row["maxswap"] = 536870912
+	}
+	if g.spec.Kind == "qemu" {
+		qmp := g.status
+		if g.paused {
+			qmp = "paused"
+		}
+		row["qmpstatus"] = qmp
+		if current && !g.spec.NoAgent {
+			row["agent"] = 1
+		}
+	}
+	if g.paused {
+		row["lock"] = "suspended"
+	}
+	if current {
+		row["ha"] = map[string]any{"managed": 0}
+	}
+	return row
+}
+
+// configLocked is GET .../config. The address is DHCP-assigned: the
+// config carries only the MAC, as on a real DHCP guest.
+func (g *guest) configLocked() map[string]any {
+	if g.spec.Kind == "qemu" {
+		cfg := map[string]any{
+			"name": g.spec.Name, "memory": "512", "cores": 1, "sockets": 1,
+			"ostype": "l26", "scsihw": "virtio-scsi-single", "boot": "order=scsi0",
+			"scsi0":  fmt.Sprintf("local-lvm:vm-%d-disk-0,iothread=1,size=8G", g.spec.VMID),
+			"net0":   fmt.Sprintf("virtio=%s,bridge=vmbr0,firewall=1", g.mac),
+			"digest": fmt.Sprintf("%040x", g.spec.VMID),
+		}
+		if !g.spec.NoAgent {
+			cfg["agent"] = "1"
+		}
+		return cfg
+	}
+	return map[string]any{
+		"hostname": g.spec.Name, "memory": 512, "swap": 512, "cores": 1,
+		"ostype": "debian", "arch": "amd64", "unprivileged": 1,
+		"rootfs": fmt.Sprintf("local-lvm:vm-%d-disk-0,size=8G", g.spec.VMID),
+		"net0":   fmt.Sprintf("name=eth0,bridge=vmbr0,hwaddr=%s,ip=dhcp,type=veth", g.mac),
+		"digest": fmt.Sprintf("%040x", g.spec.VMID),
+	}
+}
