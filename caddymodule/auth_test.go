@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 func testAuth() *authenticator {
@@ -98,5 +100,18 @@ func TestUriUnescape(t *testing.T) {
 		if got := uriUnescape(in); got != want {
 			t.Errorf("uriUnescape(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestAuthFailureDelay: failures wait like pveproxy (a lower bound only:
+// the machine may be slow, never fast).
+func TestAuthFailureDelay(t *testing.T) {
+	h := &APIHandler{delay: 300 * time.Millisecond, logger: zap.NewNop()}
+	r := httptest.NewRequest("GET", "/api2/json/nodes", nil)
+	w := httptest.NewRecorder()
+	start := time.Now()
+	h.failAuth(w, r, newError(http.StatusUnauthorized, "No ticket"))
+	if d := time.Since(start); d < 300*time.Millisecond || w.Code != 401 {
+		t.Fatalf("answered %d after %v", w.Code, d)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"go.uber.org/zap"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -180,7 +182,7 @@ func kubeError(err error) *apiError {
 	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
 		return newError(http.StatusInternalServerError, "%v", err)
 	case errors.Is(err, context.DeadlineExceeded), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
-		apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err):
+		apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err), isNetError(err):
 		return newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
 	}
 	return newError(http.StatusInternalServerError, "%v", err)
@@ -301,4 +303,12 @@ func powerError(err error) *apiError {
 		return newError(http.StatusNotImplemented, "%v", err)
 	}
 	return kubeError(err)
+}
+
+// isNetError tells a connection failure (apiserver down or unreachable)
+// from an answer.
+func isNetError(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, syscall.ECONNREFUSED)
 }

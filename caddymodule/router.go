@@ -33,6 +33,9 @@ type result struct {
 // envelope, or an error to answer PVE-style.
 type endpoint func(q *request) (any, *apiError)
 
+// requestTimeout bounds the cluster calls one API request makes.
+const requestTimeout = 20 * time.Second
+
 // errWritten tells the router that the endpoint answered by itself.
 var errWritten = &apiError{}
 
@@ -47,6 +50,11 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 	}
 	open := len(noAuth) > 0 && noAuth[0]
 	mux.HandleFunc(method+" /api2/json"+path, func(w http.ResponseWriter, r *http.Request) {
+		// Every call is bounded: a hung apiserver makes a 503, never a
+		// request that hangs with it.
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 		p, perr := parseParams(r)
 		if perr != nil {
 			writeError(w, r, perr)
