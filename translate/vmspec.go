@@ -308,11 +308,53 @@ func applyConfig(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 	if d.Firmware == nil {
 		d.Firmware = &kubevirtv1.Firmware{}
 	}
+	d.Devices.TPM = nil
+	d.Features = nil
 	if cfg["bios"] == "ovmf" {
+		// efidisk0 keeps the EFI variables (KubeVirt's persistent EFI state);
+		// pre-enrolled-keys=1 is Secure Boot, which needs SMM.
 		sb := false
-		d.Firmware.Bootloader = &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: &sb}}
+		efi := &kubevirtv1.EFI{SecureBoot: &sb}
+		if v, ok := cfg["efidisk0"]; ok {
+			dr, err := parseDrive(v)
+			if err != nil {
+				errs["efidisk0"] = err.Error()
+			} else {
+				persistent := true
+				efi.Persistent = &persistent
+				if dr.opts["pre-enrolled-keys"] == "1" {
+					on := true
+					efi.SecureBoot = &on
+					d.Features = &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{Enabled: &on}}
+				}
+				storage := strings.SplitN(dr.file, ":", 2)[0]
+				dr.file = storage + ":" + fmt.Sprintf("vm-%d-efidisk", req.VMID)
+				dr.set("size", "4M")
+				cfg["efidisk0"] = dr.String()
+			}
+		}
+		d.Firmware.Bootloader = &kubevirtv1.Bootloader{EFI: efi}
 	} else {
 		d.Firmware.Bootloader = nil
+		if _, ok := cfg["efidisk0"]; ok {
+			errs["efidisk0"] = "an EFI disk needs bios=ovmf"
+		}
+	}
+	if v, ok := cfg["tpmstate0"]; ok {
+		dr, err := parseDrive(v)
+		if err != nil {
+			errs["tpmstate0"] = err.Error()
+		} else {
+			persistent := true
+			d.Devices.TPM = &kubevirtv1.TPMDevice{Persistent: &persistent}
+			storage := strings.SplitN(dr.file, ":", 2)[0]
+			dr.file = storage + ":" + fmt.Sprintf("vm-%d-tpmstate", req.VMID)
+			if dr.opts["version"] == "" {
+				dr.set("version", "v2.0")
+			}
+			dr.set("size", "4M")
+			cfg["tpmstate0"] = dr.String()
+		}
 	}
 	spec.Hostname = ""
 	if name != "" && dnsNameRE.MatchString(name) && !strings.Contains(name, ".") && len(name) <= 63 {
@@ -553,6 +595,38 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 				if bytes := DataVolumeSize(dv); bytes > 0 {
 					d.set("size", FormatSize(bytes))
 				}
+			} else if imp, ok := d.opts["import-from"]; ok && newDiskRE.MatchString(d.file) {
+				// import-from copies a volume of this cluster: a DataVolume
+				// cloned from that claim (same namespace).
+				m := newDiskRE.FindStringSubmatch(d.file)
+				src := strings.SplitN(imp, ":", 2)
+				if len(src) != 2 || strings.Contains(src[1], "/") || m[2] == "" {
+					errs[k] = fmt.Sprintf("import-from '%s': only volumes of this cluster ('<storage>:<volume>') can be imported", imp)
+					continue
+				}
+				storage := m[2]
+				if req.StorageExists != nil && !req.StorageExists(storage) {
+					errs[k] = fmt.Sprintf("storage '%s' does not exist", storage)
+					continue
+				}
+				gib, _ := strconv.ParseFloat(m[3], 64)
+				volName = fmt.Sprintf("vm-%d-disk-%d", req.VMID, next)
+				next++
+				sc := storage
+				st := &cdiv1.StorageSpec{StorageClassName: &sc}
+				if bytes := int64(gib * (1 << 30)); bytes > 0 {
+					st.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(bytes, resource.BinarySI)}
+					d.set("size", FormatSize(bytes))
+				}
+				existingDV[volName] = kubevirtv1.DataVolumeTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Name: volName},
+					Spec: cdiv1.DataVolumeSpec{
+						Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: req.Namespace, Name: src[1]}},
+						Storage: st,
+					},
+				}
+				delete(d.opts, "import-from")
+				d.file = storage + ":" + volName
 			} else if m := newDiskRE.FindStringSubmatch(d.file); m != nil {
 				storage := m[2]
 				if storage == "" {

@@ -181,3 +181,28 @@ func TestDropDefaultKey(t *testing.T) {
 		t.Errorf("cpu: %q", got)
 	}
 }
+
+func TestEFITPMAndImport(t *testing.T) {
+	vm := buildOK(t, map[string]string{"bios": "ovmf", "efidisk0": "local-lvm:1,efitype=4m,pre-enrolled-keys=1", "tpmstate0": "local-lvm:1",
+		"scsi0": "local-lvm:0,import-from=local-lvm:golden-disk"})
+	d := vm.Spec.Template.Spec.Domain
+	if d.Firmware.Bootloader.EFI == nil || !*d.Firmware.Bootloader.EFI.Persistent || !*d.Firmware.Bootloader.EFI.SecureBoot || d.Features == nil || !*d.Features.SMM.Enabled {
+		t.Fatalf("EFI %+v features %+v", d.Firmware.Bootloader.EFI, d.Features)
+	}
+	if d.Devices.TPM == nil || !*d.Devices.TPM.Persistent {
+		t.Fatal("TPM")
+	}
+	cfg := StoredConfig(vm)
+	if cfg["efidisk0"] != "local-lvm:vm-100-efidisk,efitype=4m,pre-enrolled-keys=1,size=4M" || cfg["tpmstate0"] != "local-lvm:vm-100-tpmstate,version=v2.0,size=4M" {
+		t.Fatalf("efidisk0 %q tpmstate0 %q", cfg["efidisk0"], cfg["tpmstate0"])
+	}
+	if cfg["scsi0"] != "local-lvm:vm-100-disk-0" || vm.Spec.DataVolumeTemplates[0].Spec.Source.PVC.Name != "golden-disk" {
+		t.Fatalf("import %q %+v", cfg["scsi0"], vm.Spec.DataVolumeTemplates[0].Spec.Source)
+	}
+	if _, errs := BuildVM(VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK, Config: map[string]string{"efidisk0": "local-lvm:1"}}); errs["efidisk0"] == "" {
+		t.Fatal("efidisk0 without ovmf accepted")
+	}
+	if _, errs := BuildVM(VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK, Config: map[string]string{"scsi0": "local-lvm:0,import-from=/tmp/x.qcow2"}}); errs["scsi0"] == "" {
+		t.Fatal("import from a path accepted")
+	}
+}
