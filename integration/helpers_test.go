@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -58,3 +60,7 @@ func vmByID(t *testing.T, id string) *kubevirtv1.VirtualMachine {
 }
 
 func metavOpts() metav1.PatchOptions { return metav1.PatchOptions{} }
+
+func jsonString(raw []byte, into *string) error { return json.Unmarshal(raw, into) }
+
+func waitABit() { time.Sleep(100 * time.Millisecond) }
