@@ -113,24 +113,31 @@ func newSimulatedBackend(opts kube.Options, extraVMs int, logger *zap.Logger) (*
 		}
 		objs = append(objs, kubevirtsim.BulkVMs("default", extraVMs, 1000, nodes)...)
 	}
-	kc, kv := kubevirtsim.NewFakeClients(objs...)
+	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	ctrl := kubevirtsim.NewController(kv, kc, kubevirtsim.Options{
-		StartDelay: 1500 * time.Millisecond,
-		StopDelay:  time.Second,
-		Logger:     logger.Named("simulator"),
+		StartDelay:      1500 * time.Millisecond,
+		StopDelay:       time.Second,
+		CDI:             cdi,
+		DataVolumeDelay: 2 * time.Second,
+		SnapshotDelay:   time.Second,
+		Logger:          logger.Named("simulator"),
 	})
 	go func() { _ = ctrl.Run(ctx) }()
-	go forgetActions(ctx, kc, kv)
+	go forgetActions(ctx, kc, kv, cdi)
 	opts.AssumeKubeVirtAPIs = true
 	c := kube.New(kc, kv, nil, opts)
 	c.SetVirtAPI(true)
+	consoles := kubevirtsim.NewConsoleServer(kv)
+	c.SetConsoleDialer(consoles.Dial)
 	if err := c.Start(ctx); err != nil {
 		cancel()
+		c.SetConsoleDialer(nil)
+		_ = consoles.Close()
 		return nil, fmt.Errorf("starting the simulated cluster: %w", err)
 	}
 	logger.Warn("SIMULATED CLUSTER: serving an in-memory KubeVirt stand-in; no real VM exists and nothing is persisted")
-	return &backend{cluster: c, stop: func() { c.Stop(); cancel() }}, nil
+	return &backend{cluster: c, stop: func() { c.Stop(); cancel(); c.SetConsoleDialer(nil); _ = consoles.Close() }}, nil
 }
 
 // restConfig loads a kubeconfig with the standard rules (explicit path,

@@ -297,6 +297,11 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	var claim string
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
 		want, size, name, e := resizedVM(g, disk, delta, bytes)
+		if e == nil && q.c.CachedPVC(g.Namespace(), name) != nil {
+			if sc := dvStorageClass(want, name); sc != "" && !q.c.StorageClassExpands(sc) {
+				return nil, paramErr("disk", "storage '%s' cannot grow volumes (its StorageClass does not allow volume expansion)", sc)
+			}
+		}
 		cur, claim = size, name
 		return want, e
 	}, translate.AnnotationConfig)
@@ -412,4 +417,14 @@ func markTemplate(vm *kubevirtv1.VirtualMachine) {
 		vm.Annotations = map[string]string{}
 	}
 	vm.Annotations[translate.AnnotationConfig] = translate.EncodeConfig(cfg)
+}
+
+// dvStorageClass is the StorageClass of the named DataVolume template.
+func dvStorageClass(vm *kubevirtv1.VirtualMachine, name string) string {
+	for _, dv := range vm.Spec.DataVolumeTemplates {
+		if dv.Name == name && dv.Spec.Storage != nil && dv.Spec.Storage.StorageClassName != nil {
+			return *dv.Spec.Storage.StorageClassName
+		}
+	}
+	return ""
 }

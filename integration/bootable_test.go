@@ -101,6 +101,30 @@ func TestBootableVMSpec(t *testing.T) {
 	if cfg["ide2"] != "local:iso/debian-12-netinst.iso,media=cdrom,size=658M" || cfg["cipassword"] != "**********" {
 		t.Fatalf("config %v", cfg)
 	}
+	// local-path cannot grow volumes: once the claim exists, a resize is
+	// refused up front rather than failing in a task.
+	claim := "vm-" + id + "-disk-0"
+	for i := 0; i < 50; i++ {
+		if _, err := env.Kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim, metav1.GetOptions{}); err == nil {
+			break
+		}
+		waitABit()
+	}
+	for i := 0; ; i++ {
+		ans := a.Do("PUT", "/nodes/"+node+"/qemu/"+id+"/resize", form("disk", "scsi0", "size", "+1G"))
+		if ans.Code == 400 && strings.Contains(ans.Errors["disk"], "cannot grow volumes") {
+			break
+		}
+		if ans.Code != 200 || i == 20 {
+			t.Fatalf("resize on local-path: %s %s", ans.Status, ans.Raw)
+		}
+		// The informer had not seen the claim yet: the template grew, the
+		// task did nothing. Try again now that it has.
+		var u string
+		_ = jsonString(ans.Data, &u)
+		a.WaitTask(u)
+		waitABit()
+	}
 	a.OK("DELETE", "/nodes/"+node+"/qemu/"+id, nil, &upid)
 	a.WaitTask(upid)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
@@ -156,7 +158,7 @@ func TestBPGSequence(t *testing.T) {
 		"bios", "seabios", "boot", "order=scsi0;net0", "cores", "2", "sockets", "1", "cpu", "cputype=x86-64-v2-AES",
 		"memory", "2048", "balloon", "0", "onboot", "1", "tablet", "1", "template", "0", "keyboard", "en-us",
 		"ostype", "l26", "scsihw", "virtio-scsi-single", "vga", "std", "tags", "terraform;test", "description", "made by bpg",
-		"net0", "model=virtio,bridge=vmbr0,firewall=0", "scsi0", "file=local-path:8,format=raw,size=8589934592,iothread=1",
+		"net0", "model=virtio,bridge=vmbr0,firewall=0", "scsi0", "file=ceph-block:8,format=raw,size=8589934592,iothread=1",
 		"ide2", "file=local-path:cloudinit", "ciuser", "ops", "ipconfig0", "ip=dhcp", "protection", "0",
 	), &upid)
 	bpgWait(a, upid)
@@ -201,7 +203,7 @@ func TestBPGSequence(t *testing.T) {
 		!bool(*cfg.Tablet) || *cfg.Tags != "terraform;test" || *cfg.Boot != "order=scsi0;net0" || *cfg.CPU != "x86-64-v2-AES" || cfg.Template != nil {
 		t.Fatalf("config %s", raw)
 	}
-	if s := string(m["scsi0"]); !strings.Contains(s, "local-path:vm-"+id+"-disk-0") || !strings.Contains(s, "size=8G") || !strings.Contains(s, "format=raw") {
+	if s := string(m["scsi0"]); !strings.Contains(s, "ceph-block:vm-"+id+"-disk-0") || !strings.Contains(s, "size=8G") || !strings.Contains(s, "format=raw") {
 		t.Fatalf("scsi0 %s", s)
 	}
 	if s := string(m["ide2"]); !strings.Contains(s, "vm-"+id+"-cloudinit") || !strings.Contains(s, "media=cdrom") {
@@ -256,6 +258,11 @@ func TestBPGSequence(t *testing.T) {
 	}
 	a.OK("PUT", "/nodes/"+node+"/qemu/"+id+"/resize", form("disk", "scsi0", "size", "+2G"), &upid)
 	bpgWait(a, upid)
+	if pvc, err := env.Kube.CoreV1().PersistentVolumeClaims(vm.Namespace).Get(context.Background(), "vm-"+id+"-disk-0", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if q := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; q.Value() != 10<<30 {
+		t.Fatalf("PVC not grown: %s", q.String())
+	}
 
 	// E. power: shutdown with forceStop.
 	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/shutdown", form("forceStop", "1", "timeout", "30"), &upid)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
 
 	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule"
@@ -33,15 +35,25 @@ var (
 	// reached through a proxy without virt-api.
 	base, fallbackBase string
 	caddyDir           string
+	directConfig       *rest.Config
 )
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{
 		Seed: true,
 		Controller: func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error {
-			return kubevirtsim.NewController(kv, kube, kubevirtsim.Options{StartDelay: 300 * time.Millisecond, StopDelay: 200 * time.Millisecond}).Run(ctx)
+			// NewSubresources ran first and kept the admin config.
+			cdi, err := containerizeddataimporter.NewForConfig(directConfig)
+			if err != nil {
+				return err
+			}
+			return kubevirtsim.NewController(kv, kube, kubevirtsim.Options{
+				StartDelay: 300 * time.Millisecond, StopDelay: 200 * time.Millisecond,
+				CDI: cdi, DataVolumeDelay: 300 * time.Millisecond, SnapshotDelay: 200 * time.Millisecond,
+			}).Run(ctx)
 		},
 		NewSubresources: func(e *testenv.Env) http.Handler {
+			directConfig = e.DirectConfig
 			return kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, kubevirtsim.SelfSubjectAccessAuthorizer(e.DirectConfig))
 		},
 	}, func(e *testenv.Env) int {

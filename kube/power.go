@@ -70,6 +70,14 @@ func (c *Cluster) HasVirtAPI(ctx context.Context) bool { return c.power.detect(c
 // StartVM powers a VM on.
 func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 	if c.power.detect(ctx) {
+		// virt-api's start turns Halted into Always, after which a guest
+		// shutdown restarts the VM. PVE VMs stay stopped, so go through
+		// Manual (restores and the fallback stop leave VMs Halted).
+		if rs, _ := g.VM.RunStrategy(); rs == kubevirtv1.RunStrategyHalted {
+			if err := c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyManual); err != nil {
+				return err
+			}
+		}
 		return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyRerunOnFailure)

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 )
 
 const pvcStorageIndex = "storageclass"
@@ -38,4 +39,14 @@ func (c *Cluster) CachedPVC(ns, name string) *corev1.PersistentVolumeClaim {
 		return o.(*corev1.PersistentVolumeClaim)
 	}
 	return nil
+}
+
+// StorageClassExpands tells whether claims of a StorageClass can grow.
+func (c *Cluster) StorageClassExpands(name string) bool {
+	o := c.storageClasses.get("", name)
+	if o == nil {
+		return false
+	}
+	sc := o.(*storagev1.StorageClass)
+	return sc.AllowVolumeExpansion != nil && *sc.AllowVolumeExpansion
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	virtv1 "kubevirt.io/api/core/v1"
+	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
 )
 
@@ -34,6 +35,30 @@ type Options struct {
 	Logger *zap.Logger
 	// Resync is the informers' resync period; zero disables resyncs.
 	Resync time.Duration
+
+	// CDI is the CDI clientset (cdi.kubevirt.io). When set, the controller
+	// also plays CDI's DataVolume controller and KubeVirt's handling of
+	// spec.dataVolumeTemplates (see datavolume.go); nil leaves DataVolumes
+	// alone and starts VMs without waiting for them. Use
+	// containerizeddataimporter.NewForConfig on a real API server, or the
+	// third clientset of NewFakeClientsWithCDI.
+	CDI cdiclient.Interface
+	// DataVolumeDelay is how long a DataVolume stays ImportInProgress or
+	// CloneInProgress (reporting its progress) before it Succeeded. Zero
+	// completes it at once, still passing every phase.
+	DataVolumeDelay time.Duration
+	// SnapshotDelay is how long a VirtualMachineSnapshot stays InProgress.
+	SnapshotDelay time.Duration
+	// SnapshotUnsupported simulates storage without a VolumeSnapshotClass
+	// (or KubeVirt without the Snapshot feature gate working for the VM's
+	// disks): VirtualMachineSnapshots fail (and with them clones), and the
+	// VMs report their volumes as not snapshot-capable in
+	// status.volumeSnapshotStatuses.
+	SnapshotUnsupported bool
+	// DisableSnapshots turns off the VirtualMachineSnapshot, -Restore and
+	// -Clone controllers, for API servers without the snapshot.kubevirt.io
+	// and clone.kubevirt.io CRDs (their informers would never sync).
+	DisableSnapshots bool
 }
 
 // workers is the number of concurrent reconcilers. Keys are VM/VMI names, so
@@ -54,8 +79,22 @@ const workers = 2
 //     status of a running VMI, graceful shutdown on deletion and garbage
 //     collection of VMIs whose VM is gone.
 //
+// Further reconcilers share its queue (extensions.go):
+//
+//   - with Options.CDI, CDI's DataVolume controller and the VM controller's
+//     handling of spec.dataVolumeTemplates (datavolume.go): VMs wait in
+//     Provisioning until their DataVolumes have Succeeded;
+//   - unless Options.DisableSnapshots, KubeVirt's VirtualMachineSnapshot,
+//     VirtualMachineRestore and VirtualMachineClone controllers
+//     (snapshot.go, restore.go, clone.go) and VM
+//     status.volumeSnapshotStatuses;
+//   - with either, PVC housekeeping that kube-controller-manager would do:
+//     garbage collection of PVCs whose controlling DataVolume or VM is gone
+//     and the pvc-protection finalizer.
+//
 // It only talks to the API through the clientsets, so it runs the same over a
-// real API server (with the KubeVirt CRDs installed) and over NewFakeClients.
+// real API server (with the KubeVirt and CDI CRDs installed) and over
+// NewFakeClients / NewFakeClientsWithCDI.
 type Controller struct {
 	kv   kubevirt.Interface
 	k8s  kubernetes.Interface
@@ -66,6 +105,9 @@ type Controller struct {
 	vmiInformer  cache.SharedIndexInformer
 	nodeInformer cache.SharedIndexInformer
 	dependencies []vmDependency
+	// ext holds the reconcilers beyond VMs and VMIs (DataVolumes and PVCs,
+	// snapshots, restores, clones); see extensions.go.
+	ext extensions
 
 	queue   workqueue.TypedRateLimitingInterface[string]
 	started atomic.Bool
@@ -82,7 +124,7 @@ func NewController(kv kubevirt.Interface, k8s kubernetes.Interface, opts Options
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Controller{
+	c := &Controller{
 		kv:           kv,
 		k8s:          k8s,
 		opts:         opts,
@@ -94,6 +136,8 @@ func NewController(kv kubevirt.Interface, k8s kubernetes.Interface, opts Options
 		stopping:     map[types.UID]time.Time{},
 		assumed:      map[types.UID]string{},
 	}
+	c.initExtensions()
+	return c
 }
 
 // Run runs the informers and reconcilers until ctx is done, then stops them
@@ -139,9 +183,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		},
 	}
 	informers := []cache.SharedIndexInformer{c.vmInformer, c.vmiInformer, c.nodeInformer}
-	for _, d := range c.dependencies {
-		informers = append(informers, d.informers(c.queue.Add)...)
-	}
+	informers = append(informers, c.ext.informers...)
 	for inf, h := range handlers {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			c.queue.ShutDown()
@@ -200,8 +242,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
-// sync reconciles the VM and the VMI stored under key.
+// sync reconciles the VM and the VMI stored under key, or hands a key of
+// another kind (see extensions.go) to its reconciler.
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	if fn, rest, ok := c.ext.syncerFor(key); ok {
+		return fn(ctx, rest)
+	}
 	var vm *virtv1.VirtualMachine
 	if obj, ok, err := c.vmInformer.GetStore().GetByKey(key); err != nil {
 		return 0, err

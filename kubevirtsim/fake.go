@@ -19,6 +19,9 @@ import (
 	k8sscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/testing"
 	virtv1 "kubevirt.io/api/core/v1"
+	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
+	cdifake "kubevirt.io/client-go/containerizeddataimporter/fake"
+	cdischeme "kubevirt.io/client-go/containerizeddataimporter/scheme"
 	"kubevirt.io/client-go/kubevirt"
 	kvfake "kubevirt.io/client-go/kubevirt/fake"
 	kvscheme "kubevirt.io/client-go/kubevirt/scheme"
@@ -67,12 +70,42 @@ var kubevirtStatusResources = []string{
 //
 // The fakes record every call (Actions()); a long-running simulation should
 // call ClearActions() on both now and then to bound that memory.
+//
+// CDI objects (DataVolumes, DataSources, ...) among objects are dropped; use
+// NewFakeClientsWithCDI for a CDI clientset.
 func NewFakeClients(objects ...runtime.Object) (kubernetes.Interface, kubevirt.Interface) {
-	var k8sObjects, kvObjects []runtime.Object
+	k8s, kv, _ := NewFakeClientsWithCDI(objects...)
+	return k8s, kv
+}
+
+// FakeCDIClientset is the CDI clientset returned by NewFakeClientsWithCDI:
+// the generated fake with the same API-server semantics as the KubeVirt one
+// (DataVolumes, DataSources etc. have a status subresource).
+type FakeCDIClientset struct {
+	*cdifake.Clientset
+}
+
+// IsWatchListSemanticsUnSupported: see FakeKubeVirtClientset.
+func (*FakeCDIClientset) IsWatchListSemanticsUnSupported() bool { return true }
+
+// resources of the CDI clientset that have a status subresource.
+var cdiStatusResources = []string{
+	"datavolumes", "datasources", "dataimportcrons", "storageprofiles",
+	"cdis", "cdiconfigs", "objecttransfers",
+}
+
+// NewFakeClientsWithCDI is NewFakeClients plus a fake CDI clientset
+// (cdi.kubevirt.io, e.g. DataVolumes), which gets the CDI objects among
+// objects. Pass it as Options.CDI to have a Controller play CDI.
+func NewFakeClientsWithCDI(objects ...runtime.Object) (kubernetes.Interface, kubevirt.Interface, cdiclient.Interface) {
+	var k8sObjects, kvObjects, cdiObjects []runtime.Object
 	for _, obj := range objects {
-		if isKubeVirtObject(obj) {
+		switch {
+		case isCDIObject(obj):
+			cdiObjects = append(cdiObjects, obj)
+		case isKubeVirtObject(obj):
 			kvObjects = append(kvObjects, obj)
-		} else {
+		default:
 			k8sObjects = append(k8sObjects, obj)
 		}
 	}
@@ -98,7 +131,21 @@ func NewFakeClients(objects ...runtime.Object) (kubernetes.Interface, kubevirt.I
 	api.install(&outer.Fake)
 	sub := &Subresources{KV: &FakeKubeVirtClientset{inner}}
 	outer.PrependReactor("put", "*", subresourceReactor(sub))
-	return k8s, &FakeKubeVirtClientset{outer}
+
+	cdi := cdifake.NewSimpleClientset()
+	cdiAPI := newAPIServer(cdi.Tracker(), cdischeme.Scheme, cdiStatusResources...)
+	for _, obj := range cdiObjects {
+		if err := cdiAPI.seed(obj); err != nil {
+			panic(fmt.Sprintf("kubevirtsim: seed %T: %v", obj, err))
+		}
+	}
+	cdiAPI.install(&cdi.Fake)
+	return k8s, &FakeKubeVirtClientset{outer}, &FakeCDIClientset{cdi}
+}
+
+func isCDIObject(obj runtime.Object) bool {
+	gvks, _, err := cdischeme.Scheme.ObjectKinds(obj)
+	return err == nil && len(gvks) > 0 && strings.HasSuffix(gvks[0].Group, "cdi.kubevirt.io")
 }
 
 func isKubeVirtObject(obj runtime.Object) bool {

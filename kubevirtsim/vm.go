@@ -17,21 +17,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
 // vmDependency is a part of the VM reconcile that has to be satisfied before
 // the controller may start a VMI for a VM, the way KubeVirt's VM controller
 // first creates a VM's DataVolumes (handleDataVolumes) and reports their
-// progress through printableStatus. No dependency is implemented yet; a
-// dataVolumes reconciler plugs in here by being appended to
-// Controller.dependencies in NewController.
+// progress through printableStatus. The DataVolume reconciler (datavolume.go)
+// and the restore lock (restore.go) plug in here; extensions.go appends them
+// to Controller.dependencies.
 type vmDependency interface {
-	// informers returns the informers the dependency reads. The controller
-	// runs them, waits for their caches and calls enqueue for their events.
-	informers(enqueue func(key string)) []cache.SharedIndexInformer
 	// ready creates what the VM needs and reports whether a VMI may start.
+	// It runs on every reconcile of a VM that is not being deleted.
 	ready(ctx context.Context, vm *virtv1.VirtualMachine) (bool, error)
 	// printableStatus returns a status that takes precedence over
 	// ErrorUnschedulable/Starting/Stopped (e.g. Provisioning,
@@ -47,6 +44,7 @@ type vmSync struct {
 	syncErr     error // recorded as the VM's Failure condition
 	requeue     time.Duration
 	vmIsDeleted bool // the VM vanished while being reconciled
+	depsPending bool // a vmDependency is not ready: do not start a VMI
 }
 
 // syncVM plays KubeVirt's VM controller: finalizer, firmware UUID, run
@@ -78,6 +76,9 @@ func (c *Controller) syncVM(ctx context.Context, vm *virtv1.VirtualMachine, vmi 
 		err = c.patchVMFinalizers(ctx, s, appendMissing(vm.Finalizers, virtv1.VirtualMachineControllerFinalizer))
 		if err == nil {
 			err = c.persistFirmwareUUID(ctx, s)
+		}
+		if err == nil {
+			err = c.syncDependencies(ctx, s)
 		}
 		if err == nil {
 			err = c.syncRunStrategy(ctx, s)
@@ -184,14 +185,8 @@ func (c *Controller) syncRunStrategy(ctx context.Context, s *vmSync) error {
 
 // startVMI creates the VMI from the VM template.
 func (c *Controller) startVMI(ctx context.Context, s *vmSync) error {
-	for _, d := range c.dependencies {
-		ready, err := d.ready(ctx, s.vm)
-		if err != nil {
-			return err
-		}
-		if !ready {
-			return nil
-		}
+	if s.depsPending {
+		return nil
 	}
 	if hasVMCondition(s.vm, virtv1.VirtualMachineManualRecoveryRequired, corev1.ConditionTrue) {
 		return nil
@@ -219,6 +214,21 @@ func (c *Controller) startVMI(ctx context.Context, s *vmSync) error {
 	c.log.Info("started VM by creating its VMI", zapKey(created))
 	removeVMCondition(s.vm, virtv1.VirtualMachineRestartRequired)
 	s.vmi = created
+	return nil
+}
+
+// syncDependencies lets every vmDependency create what the VM needs (e.g.
+// its DataVolumes) and records whether all of them allow a start.
+func (c *Controller) syncDependencies(ctx context.Context, s *vmSync) error {
+	for _, d := range c.dependencies {
+		ready, err := d.ready(ctx, s.vm)
+		if err != nil {
+			return err
+		}
+		if !ready {
+			s.depsPending = true
+		}
+	}
 	return nil
 }
 
@@ -390,6 +400,9 @@ func (c *Controller) updateVMStatus(ctx context.Context, s *vmSync) error {
 	}
 	syncVMConditions(vm, vmi, s.syncErr)
 	syncRestartRequired(vm, vmi)
+	if c.ext.snapshots {
+		st.VolumeSnapshotStatuses = c.volumeSnapshotStatuses(vm)
+	}
 	st.PrintableStatus = c.printableStatus(s)
 
 	if equality.Semantic.DeepEqual(base, st) {
