@@ -60,8 +60,8 @@ func rawStatus(t *testing.T, a *testcaddy.PVE, password string) int {
 func TestUnimplementedIsCounted(t *testing.T) {
 	a := shared(t)
 	for i := 0; i < 3; i++ {
-		if ans := a.Do("POST", "/nodes/kv-node-1-lab-internal/qemu/100/vncproxy", nil); ans.Code != 501 {
-			t.Fatalf("vncproxy: %s", ans.Status)
+		if ans := a.Do("POST", "/nodes/kv-node-1-lab-internal/qemu/100/spiceproxy", nil); ans.Code != 501 {
+			t.Fatalf("spiceproxy: %s", ans.Status)
 		}
 	}
 	res, err := a.C.Get(fmt.Sprintf("https://localhost:%d/metrics", ssoPort))
@@ -70,7 +70,7 @@ func TestUnimplementedIsCounted(t *testing.T) {
 	}
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	want := `caddy_proxmox_api_unimplemented_requests_total{method="POST",path="/nodes/{node}/qemu/{id}/vncproxy"}`
+	want := `caddy_proxmox_api_unimplemented_requests_total{method="POST",path="/nodes/{node}/qemu/{id}/spiceproxy"}`
 	for _, line := range strings.Split(string(body), "\n") {
 		if strings.HasPrefix(line, want) {
 			var n float64
