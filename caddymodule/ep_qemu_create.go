@@ -83,7 +83,12 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	}
 	line := fmt.Sprintf("created VM %d as %s/%s", vmid, created.Namespace, created.Name)
 	if !start {
-		return h.begin(q, g, translate.TaskCreate, kube.GoalNone, 0, line, nil)
+		// PVE's qmcreate ends once the disks are allocated.
+		goal := kube.GoalNone
+		if len(created.Spec.DataVolumeTemplates) > 0 {
+			goal = kube.GoalProvisioned
+		}
+		return h.begin(q, g, translate.TaskCreate, goal, 30*time.Minute, line, nil)
 	}
 	c := q.c
 	return h.begin(q, g, translate.TaskCreate, kube.GoalRunning, 5*time.Minute, line, func(ctx context.Context) error { return c.StartVM(ctx, g) })

@@ -380,7 +380,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		default:
-			return true, translate.ExitOK, nil
+			// KubeVirt may report Stopped before it has looked at the
+			// volumes; their claims existing is what says they are there.
+			if ts.c.claimsExist(vm) {
+				return true, translate.ExitOK, nil
+			}
 		}
 	case GoalSnapshotReady:
 		exists, ready, failure := ts.c.snapshotState(t.namespace, t.object)

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 const pvcStorageIndex = "storageclass"
@@ -49,4 +50,14 @@ func (c *Cluster) StorageClassExpands(name string) bool {
 	}
 	sc := o.(*storagev1.StorageClass)
 	return sc.AllowVolumeExpansion != nil && *sc.AllowVolumeExpansion
+}
+
+// claimsExist tells whether every DataVolume template of vm has its claim.
+func (c *Cluster) claimsExist(vm *kubevirtv1.VirtualMachine) bool {
+	for _, dv := range vm.Spec.DataVolumeTemplates {
+		if c.CachedPVC(vm.Namespace, dv.Name) == nil {
+			return false
+		}
+	}
+	return true
 }
