@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/wsstream"
+
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -276,7 +278,7 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 		return nil, errWritten // the upgrader answered
 	}
 	h.logger.Info("console session started", zap.String("user", user), zap.String("vm", g.Namespace()+"/"+g.Name()), zap.String("kind", kind))
-	browser := &wsStream{c: conn}
+	browser := wsstream.New(conn)
 	if kind == kube.ConsoleVNC {
 		err = stream.Stream(kvcorev1.StreamOptions{In: browser, Out: browser})
 	} else {
@@ -327,7 +329,7 @@ func consoleError(g kube.Guest, err error) *apiError {
 // "<user>:<ticket>\n", answered "OK"; then input arrives as "0:<len>:<data>",
 // resizes as "1:<cols>:<rows>:" and pings as "2", parsed as a byte stream.
 // Only input reaches the serial line; output passes through raw.
-func termSession(browser *wsStream, stream kvcorev1.StreamInterface, user, ticket string) error {
+func termSession(browser *wsstream.Conn, stream kvcorev1.StreamInterface, user, ticket string) error {
 	br := bufio.NewReader(browser)
 	line, err := readLoginLine(br)
 	if err != nil {
@@ -441,39 +443,4 @@ func (t *termInput) number(max int) (int, error) {
 			return 0, fmt.Errorf("termproxy: %d exceeds %d", n, max)
 		}
 	}
-}
-
-// wsStream reads a websocket as a byte stream (messages concatenated) and
-// writes each Write as one binary message.
-type wsStream struct {
-	c *websocket.Conn
-	r io.Reader
-}
-
-func (b *wsStream) Read(p []byte) (int, error) {
-	for {
-		if b.r == nil {
-			_, r, err := b.c.NextReader()
-			if err != nil {
-				return 0, err
-			}
-			b.r = r
-		}
-		n, err := b.r.Read(p)
-		if err == io.EOF {
-			b.r = nil
-			if n > 0 {
-				return n, nil
-			}
-			continue
-		}
-		return n, err
-	}
-}
-
-func (b *wsStream) Write(p []byte) (int, error) {
-	if err := b.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/wsstream"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
@@ -79,30 +81,11 @@ func dialConsole(t *testing.T, a *testcaddy.PVE, node, id, port, ticket string) 
 
 // wsBytes reads a websocket as a byte stream.
 type wsBytes struct {
+	*wsstream.Conn
 	c *websocket.Conn
-	r io.Reader
 }
 
-func (b *wsBytes) Read(p []byte) (int, error) {
-	for {
-		if b.r == nil {
-			_, r, err := b.c.NextReader()
-			if err != nil {
-				return 0, err
-			}
-			b.r = r
-		}
-		n, err := b.r.Read(p)
-		if err == io.EOF {
-			b.r = nil
-			if n > 0 {
-				return n, nil
-			}
-			continue
-		}
-		return n, err
-	}
-}
+func newWSBytes(c *websocket.Conn) *wsBytes { return &wsBytes{Conn: wsstream.New(c), c: c} }
 
 func (b *wsBytes) send(t *testing.T, p []byte) {
 	t.Helper()
@@ -149,7 +132,7 @@ func TestConsoleVNC(t *testing.T) {
 	if conn.Subprotocol() != "binary" {
 		t.Fatalf("subprotocol %q", conn.Subprotocol())
 	}
-	b := &wsBytes{c: conn}
+	b := newWSBytes(conn)
 	if v := b.read(t, 12); string(v) != "RFB 003.008\n" {
 		t.Fatalf("version %q", v)
 	}
@@ -204,7 +187,7 @@ func TestConsoleVNC(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial with password ticket: %v (%v)", err, resp)
 	}
-	if v := (&wsBytes{c: conn}).read(t, 12); string(v) != "RFB 003.008\n" {
+	if v := (newWSBytes(conn)).read(t, 12); string(v) != "RFB 003.008\n" {
 		t.Fatalf("version %q", v)
 	}
 	conn.Close()
@@ -317,7 +300,7 @@ func TestConsoleTerm(t *testing.T) {
 	if conn.Subprotocol() != "binary" {
 		t.Fatalf("subprotocol %q", conn.Subprotocol())
 	}
-	b := &wsBytes{c: conn}
+	b := newWSBytes(conn)
 	b.send(t, []byte(res.User+":"+res.Ticket+"\n"))
 	if ok := b.read(t, 2); string(ok) != "OK" {
 		t.Fatalf("login answer %q", ok)
@@ -343,7 +326,7 @@ func TestConsoleTerm(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial: %v (%v)", err, resp)
 	}
-	b = &wsBytes{c: conn}
+	b = newWSBytes(conn)
 	b.send(t, []byte("someone@pve:"+again.Ticket+"\n"))
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, _, err := conn.ReadMessage(); err == nil {

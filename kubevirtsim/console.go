@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/wsstream"
+
 	"github.com/gorilla/websocket"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,7 +133,7 @@ func (s *ConsoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		_ = conn.Close()
 	}()
-	rw := &wsBytes{c: conn}
+	rw := wsstream.New(conn)
 	if kind == "vnc" {
 		_ = serveRFB(bufio.NewReader(rw), rw)
 		return
@@ -181,41 +183,6 @@ func (s *ConsoleServer) Close() error {
 		return s.srv.Close()
 	}
 	return nil
-}
-
-// wsBytes reads and writes a websocket as a byte stream: messages are
-// concatenated on read, each write is one binary message.
-type wsBytes struct {
-	c *websocket.Conn
-	r io.Reader
-}
-
-func (b *wsBytes) Read(p []byte) (int, error) {
-	for {
-		if b.r == nil {
-			_, r, err := b.c.NextReader()
-			if err != nil {
-				return 0, err
-			}
-			b.r = r
-		}
-		n, err := b.r.Read(p)
-		if err == io.EOF {
-			b.r = nil
-			if n > 0 {
-				return n, nil
-			}
-			continue
-		}
-		return n, err
-	}
-}
-
-func (b *wsBytes) Write(p []byte) (int, error) {
-	if err := b.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
 }
 
 // serveEchoTTY echoes input like a terminal in echo mode.
