@@ -52,9 +52,12 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 	mux.HandleFunc(method+" /api2/json"+path, func(w http.ResponseWriter, r *http.Request) {
 		// Every call is bounded: a hung apiserver makes a 503, never a
 		// request that hangs with it.
-		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-		defer cancel()
-		r = r.WithContext(ctx)
+		// Console websockets live as long as the session and are exempt.
+		if !strings.HasSuffix(r.URL.Path, "/vncwebsocket") {
+			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		p, perr := parseParams(r)
 		if perr != nil {
 			writeError(w, r, perr)
