@@ -22,16 +22,9 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	if e := q.p.allowOnly("newid", "name", "description", "pool", "target", "full", "storage", "format", "snapname", "bwlimit"); e != nil {
 		return nil, e
 	}
-	v, ok, e := q.p.str("newid")
+	newID, e := q.p.vmid("newid")
 	if e != nil {
 		return nil, e
-	}
-	if !ok {
-		return nil, paramErr("newid", "property is missing and it is not optional")
-	}
-	newID, err := translate.ParseVMID(v)
-	if err != nil {
-		return nil, paramErr("newid", "%v", err)
 	}
 	if _, e := q.p.boolean("full", true); e != nil {
 		return nil, e

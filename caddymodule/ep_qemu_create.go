@@ -20,16 +20,9 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	v, ok, e := q.p.str("vmid")
+	vmid, e := q.p.vmid("vmid")
 	if e != nil {
 		return nil, e
-	}
-	if !ok {
-		return nil, paramErr("vmid", "property is missing and it is not optional")
-	}
-	vmid, err := translate.ParseVMID(v)
-	if err != nil {
-		return nil, paramErr("vmid", "%v", err)
 	}
 	start, e := q.p.boolean("start", false)
 	if e != nil {

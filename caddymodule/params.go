@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // maxBodyBytes matches pveproxy's limit for API posts (64 KiB): enough for
@@ -166,4 +168,20 @@ func (p params) allowOnly(allowed ...string) *apiError {
 		return paramError(errs)
 	}
 	return nil
+}
+
+// vmid reads a required vmid-typed parameter (vmid, newid).
+func (p params) vmid(name string) (int, *apiError) {
+	v, ok, e := p.str(name)
+	if e != nil {
+		return 0, e
+	}
+	if !ok {
+		return 0, paramErr(name, "property is missing and it is not optional")
+	}
+	id, err := translate.ParseVMID(v)
+	if err != nil {
+		return 0, paramErr(name, "%v", err)
+	}
+	return id, nil
 }
