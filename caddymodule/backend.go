@@ -126,6 +126,10 @@ func newSimulatedBackend(opts kube.Options, extraVMs int, logger *zap.Logger) (*
 	go func() { _ = ctrl.Run(ctx) }()
 	go forgetActions(ctx, kc, kv, cdi)
 	opts.AssumeKubeVirtAPIs = true
+	opts.Metrics = simulatedMetrics(kubevirtsim.NewMetrics(kc, kv))
+	if opts.MetricsInterval == 0 {
+		opts.MetricsInterval = 5 * time.Second
+	}
 	c := kube.New(kc, kv, nil, opts)
 	c.SetVirtAPI(true)
 	consoles := kubevirtsim.NewConsoleServer(kv)
@@ -138,6 +142,25 @@ func newSimulatedBackend(opts kube.Options, extraVMs int, logger *zap.Logger) (*
 	}
 	logger.Warn("SIMULATED CLUSTER: serving an in-memory KubeVirt stand-in; no real VM exists and nothing is persisted")
 	return &backend{cluster: c, stop: func() { c.Stop(); cancel(); c.SetConsoleDialer(nil); _ = consoles.Close() }}, nil
+}
+
+// simulatedMetrics adapts the simulator's usage readings to the poller.
+func simulatedMetrics(m *kubevirtsim.Metrics) kube.MetricsSource {
+	return kube.MetricsSourceFunc(func(ctx context.Context, namespaces []string) (kube.MetricsSample, error) {
+		nodes, guests, err := m.Sample(ctx, namespaces)
+		if err != nil {
+			return kube.MetricsSample{}, err
+		}
+		out := kube.MetricsSample{Nodes: map[string]kube.Usage{}, Guests: map[kube.GuestKey]kube.Usage{}}
+		for n, u := range nodes {
+			out.Nodes[n] = kube.Usage{CPUCores: u.CPUCores, MemBytes: u.MemBytes}
+		}
+		for k, u := range guests {
+			ns, name, _ := strings.Cut(k, "/")
+			out.Guests[kube.GuestKey{Namespace: ns, Name: name}] = kube.Usage{CPUCores: u.CPUCores, MemBytes: u.MemBytes}
+		}
+		return out, nil
+	})
 }
 
 // restConfig loads a kubeconfig with the standard rules (explicit path,

@@ -44,12 +44,12 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 	out := []any{}
 	if typ == "" || typ == "vm" || typ == "qemu" {
 		for _, g := range q.c.Guests() {
-			out = append(out, vmResource(g, factsOf(g, now)))
+			out = append(out, vmResource(g, factsOf(q.c, g, now)))
 		}
 	}
 	if typ == "" || typ == "node" {
 		for _, n := range h.nodes() {
-			out = append(out, nodeResource(nodeFacts(n, now)))
+			out = append(out, nodeResource(nodeFacts(q.c, n, now)))
 		}
 	}
 	if typ == "" || typ == "storage" {

@@ -54,7 +54,7 @@ func (h *APIHandler) getNodes(q *request) (any, *apiError) {
 	now := time.Now()
 	out := []nodeRow{}
 	for _, n := range h.nodes() {
-		out = append(out, nodeFacts(n, now))
+		out = append(out, nodeFacts(q.c, n, now))
 	}
 	return out, nil
 }
@@ -63,17 +63,17 @@ func (h *APIHandler) getNodeIndex(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
-	return subdirs("dns", "hosts", "lxc", "network", "qemu", "status", "storage", "tasks", "time", "version"), nil
+	return subdirs("dns", "hosts", "lxc", "network", "qemu", "rrddata", "status", "storage", "tasks", "time", "version"), nil
 }
 
-// getNodeStatus is the node's summary. Load and usage need a metrics
-// source; until one is configured they are zero.
+// getNodeStatus is the node's summary. CPU and memory use come from the
+// metrics poller (zero without one); load and swap are always zero.
 func (h *APIHandler) getNodeStatus(q *request) (any, *apiError) {
 	n, e := h.node(q)
 	if e != nil {
 		return nil, e
 	}
-	row := nodeFacts(n, time.Now())
+	row := nodeFacts(q.c, n, time.Now())
 	kernel, osImage, arch := "6.8.12-1-pve", "Kubernetes node", "x86_64"
 	if n.Obj != nil {
 		info := n.Obj.Status.NodeInfo
@@ -87,7 +87,7 @@ func (h *APIHandler) getNodeStatus(q *request) (any, *apiError) {
 			arch = info.Architecture
 		}
 	}
-	free := row.MaxMem - row.Mem
+	free := max(row.MaxMem-row.Mem, 0)
 	return map[string]any{
 		"cpu":  row.CPU,
 		"wait": 0, "idle": 0,

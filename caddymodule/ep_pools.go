@@ -40,7 +40,7 @@ func (h *APIHandler) poolWithMembers(q *request, id string) (map[string]any, *ap
 	members := []any{}
 	for _, g := range q.c.Guests() {
 		if g.Namespace() == id {
-			members = append(members, vmResource(g, factsOf(g, now)))
+			members = append(members, vmResource(g, factsOf(q.c, g, now)))
 		}
 	}
 	return map[string]any{"poolid": id, "members": members}, nil

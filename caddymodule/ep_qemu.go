@@ -71,7 +71,7 @@ func (h *APIHandler) getQemuList(q *request) (any, *apiError) {
 		if g.Node != n.Name {
 			continue
 		}
-		f := factsOf(g, now)
+		f := factsOf(q.c, g, now)
 		if full {
 			out = append(out, vmCurrent(g, f))
 		} else {
@@ -85,7 +85,7 @@ func (h *APIHandler) getQemuIndex(q *request) (any, *apiError) {
 	if _, e := h.guest(q); e != nil {
 		return nil, e
 	}
-	return subdirs("agent", "clone", "config", "pending", "resize", "snapshot", "status", "template", "termproxy", "vncproxy", "vncwebsocket"), nil
+	return subdirs("agent", "clone", "config", "pending", "resize", "rrddata", "snapshot", "status", "template", "termproxy", "vncproxy", "vncwebsocket"), nil
 }
 
 func (h *APIHandler) getQemuStatusIndex(q *request) (any, *apiError) {
@@ -100,7 +100,7 @@ func (h *APIHandler) getQemuStatusCurrent(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return vmCurrent(g, factsOf(g, time.Now())), nil
+	return vmCurrent(g, factsOf(q.c, g, time.Now())), nil
 }
 
 func (h *APIHandler) getQemuConfig(q *request) (any, *apiError) {
@@ -189,7 +189,7 @@ func kubeError(err error) *apiError {
 }
 
 func running(g kube.Guest) bool {
-	return factsOf(g, time.Now()).state.Status == "running"
+	return factsOf(nil, g, time.Now()).state.Status == "running"
 }
 
 func notRunning(g kube.Guest) *apiError {

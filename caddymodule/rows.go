@@ -88,9 +88,12 @@ type guestFacts struct {
 	uptime  int64
 	pid     int
 	tmpl    int
+	cpu     float64 // used cores / cpus, as PVE's 0..1 fraction
+	mem     int64   // bytes in use
 }
 
-func factsOf(g kube.Guest, now time.Time) guestFacts {
+// factsOf computes a VM row's values; c supplies usage metrics (nil: none).
+func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
 	f := guestFacts{cfg: translate.StoredConfig(g.VM)}
 	if g.VMI != nil {
 		paused := false
@@ -117,6 +120,10 @@ func factsOf(g kube.Guest, now time.Time) guestFacts {
 		if g.VMI != nil {
 			f.pid = translate.PID(g.VMI)
 		}
+		if cores, mem, ok := usageOfGuest(c, g); ok {
+			f.cpu = fraction(cores, float64(f.cpus))
+			f.mem = mem
+		}
 	}
 	if g.Template() {
 		f.tmpl = 1
@@ -139,7 +146,7 @@ func vmStatus(g kube.Guest, f guestFacts) vmStatusRow {
 	return vmStatusRow{
 		VMID: g.VMID, Name: g.PVEName(), Status: f.state.Status, CPUs: f.cpus,
 		MaxMem: f.maxmem, MaxDisk: f.maxdisk, Uptime: f.uptime, PID: f.pid,
-		Template: f.tmpl, Lock: f.state.Lock, Tags: f.cfg["tags"],
+		CPU: f.cpu, Mem: f.mem, Template: f.tmpl, Lock: f.state.Lock, Tags: f.cfg["tags"],
 	}
 }
 
@@ -163,7 +170,7 @@ func vmResource(g kube.Guest, f guestFacts) resourceRow {
 	tmpl := f.tmpl
 	return resourceRow{
 		ID: "qemu/" + strconv.Itoa(g.VMID), Type: "qemu", Node: g.Node, Status: f.state.Status,
-		Name: g.PVEName(), VMID: g.VMID, Uptime: f.uptime, MaxCPU: f.cpus, MaxMem: f.maxmem,
+		Name: g.PVEName(), VMID: g.VMID, Uptime: f.uptime, CPU: f.cpu, MaxCPU: f.cpus, Mem: f.mem, MaxMem: f.maxmem,
 		MaxDisk: f.maxdisk, NetIn: &zero64, NetOut: &zero64, DiskRead: &zero64, DiskWrite: &zero64,
 		Template: &tmpl, Pool: g.Namespace(), Lock: f.state.Lock, Tags: f.cfg["tags"],
 	}
@@ -186,7 +193,8 @@ type nodeRow struct {
 	SSLFingerprint string  `json:"ssl_fingerprint,omitempty"`
 }
 
-func nodeFacts(n kube.Node, now time.Time) nodeRow {
+// nodeFacts computes a node row; c supplies usage metrics (nil: none).
+func nodeFacts(c *kube.Cluster, n kube.Node, now time.Time) nodeRow {
 	row := nodeRow{ID: "node/" + n.Name, Node: n.Name, Type: "node", Status: translate.NodeStatus(n.Ready)}
 	if n.Obj == nil {
 		return row
@@ -202,7 +210,19 @@ func nodeFacts(n kube.Node, now time.Time) nodeRow {
 			}
 		}
 	}
+	if cores, mem, ok := usageOfNode(c, n); ok {
+		row.CPU = fraction(cores, float64(row.MaxCPU))
+		row.Mem = mem
+	}
 	return row
+}
+
+// fraction is used/total clamped to 0..1, 0 when total is unknown.
+func fraction(used, total float64) float64 {
+	if total <= 0 || used <= 0 {
+		return 0
+	}
+	return min(used/total, 1)
 }
 
 func quantity(l corev1.ResourceList, name corev1.ResourceName) int64 {
@@ -229,4 +249,18 @@ func provisioning(vm *kubevirtv1.VirtualMachine) bool {
 		return len(vm.Spec.DataVolumeTemplates) > 0 && !vm.Status.Created
 	}
 	return false
+}
+
+func usageOfGuest(c *kube.Cluster, g kube.Guest) (float64, int64, bool) {
+	if c == nil {
+		return 0, 0, false
+	}
+	return c.GuestUsageOf(g)
+}
+
+func usageOfNode(c *kube.Cluster, n kube.Node) (float64, int64, bool) {
+	if c == nil {
+		return 0, 0, false
+	}
+	return c.NodeUsageOf(n)
 }

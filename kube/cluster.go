@@ -43,6 +43,11 @@ type Options struct {
 	// SyncTimeout bounds the initial cache sync in Start.
 	SyncTimeout time.Duration
 	Logger      *zap.Logger
+	// MetricsInterval is how often node and guest usage is polled
+	// (default 15 s). Metrics, when set, is the source; otherwise a real
+	// cluster reads metrics.k8s.io and a simulated one polls nothing.
+	MetricsInterval time.Duration
+	Metrics         MetricsSource
 }
 
 // Cluster is a cached, read-mostly view of a KubeVirt cluster.
@@ -67,6 +72,7 @@ type Cluster struct {
 	nodeTabGen       uint64
 
 	optional []*store
+	metrics  atomic.Pointer[metricsPoller]
 
 	power  *power
 	cancel context.CancelFunc
@@ -197,6 +203,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		}
 	}
 	c.power.detect(ctx)
+	c.startMetrics(runCtx)
 	go func() {
 		defer close(c.done)
 		c.Tasks.run(runCtx)

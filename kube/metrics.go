@@ -1,0 +1,302 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// DefaultMetricsInterval is how often usage is polled when
+// Options.MetricsInterval is zero.
+const DefaultMetricsInterval = 15 * time.Second
+
+// Usage is what a node or guest uses right now.
+type Usage struct {
+	CPUCores float64
+	MemBytes int64
+}
+
+// GuestKey names a VirtualMachineInstance.
+type GuestKey struct{ Namespace, Name string }
+
+// MetricsSample is one reading of the cluster's usage. A nil map means the
+// part could not be read; the previous reading of that part is kept.
+type MetricsSample struct {
+	// Nodes is keyed by Kubernetes node name.
+	Nodes map[string]Usage
+	// Guests is keyed by VMI namespace and name.
+	Guests map[GuestKey]Usage
+}
+
+// MetricsSource supplies usage readings; simulated clusters and tests use
+// it in place of the metrics.k8s.io API.
+type MetricsSource interface {
+	// Sample reads current usage of the nodes and of the guests in
+	// namespaces (all namespaces when empty).
+	Sample(ctx context.Context, namespaces []string) (MetricsSample, error)
+}
+
+// MetricsSourceFunc adapts a function to MetricsSource.
+type MetricsSourceFunc func(ctx context.Context, namespaces []string) (MetricsSample, error)
+
+// Sample calls f.
+func (f MetricsSourceFunc) Sample(ctx context.Context, namespaces []string) (MetricsSample, error) {
+	return f(ctx, namespaces)
+}
+
+// metricsSnapshot is the last good reading; it is never modified once
+// published.
+type metricsSnapshot struct {
+	nodes  map[string]Usage
+	guests map[GuestKey]Usage
+	at     time.Time
+}
+
+// metricsPoller keeps the latest snapshot of one cluster.
+type metricsPoller struct {
+	c        *Cluster
+	src      MetricsSource
+	interval time.Duration
+	snap     atomic.Pointer[metricsSnapshot]
+	failing  map[string]bool // only the poll goroutine touches it
+}
+
+// startMetrics starts the usage poller in the background. The source is
+// Options.Metrics when set, else the metrics.k8s.io API of a real cluster;
+// a simulated cluster without Options.Metrics polls nothing.
+func (c *Cluster) startMetrics(ctx context.Context) {
+	src := c.opts.Metrics
+	if src == nil && c.RESTConfig != nil {
+		src = &apiMetricsSource{c: c}
+	}
+	if src == nil {
+		return
+	}
+	interval := c.opts.MetricsInterval
+	if interval <= 0 {
+		interval = DefaultMetricsInterval
+	}
+	p := &metricsPoller{c: c, src: src, interval: interval, failing: map[string]bool{}}
+	c.metrics.Store(p)
+	go p.run(ctx)
+}
+
+func (p *metricsPoller) run(ctx context.Context) {
+	defer p.c.metrics.Store(nil)
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		p.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// poll takes one reading and publishes it; parts that fail keep their
+// previous values.
+func (p *metricsPoller) poll(ctx context.Context) {
+	timeout := p.interval
+	if timeout > 10*time.Second {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s, err := p.src.Sample(ctx, p.c.opts.Namespaces)
+	p.report("metrics", err)
+	if err != nil && s.Nodes == nil && s.Guests == nil {
+		return
+	}
+	prev := p.snap.Load()
+	next := &metricsSnapshot{nodes: s.Nodes, guests: s.Guests, at: time.Now()}
+	if next.nodes == nil && prev != nil {
+		next.nodes = prev.nodes
+	}
+	if next.guests == nil && prev != nil {
+		next.guests = prev.guests
+	}
+	p.snap.Store(next)
+}
+
+// report logs a failure once, and the recovery once.
+func (p *metricsPoller) report(what string, err error) {
+	log := p.c.logger
+	switch {
+	case err != nil && !p.failing[what]:
+		p.failing[what] = true
+		log.Info("usage metrics unavailable; keeping the previous values", zap.String("source", what), zap.Error(err))
+	case err == nil && p.failing[what]:
+		p.failing[what] = false
+		log.Info("usage metrics available again", zap.String("source", what))
+	}
+}
+
+func (c *Cluster) snapshot() *metricsSnapshot {
+	p := c.metrics.Load()
+	if p == nil {
+		return nil
+	}
+	return p.snap.Load()
+}
+
+// NodeUsage is the last known usage of a Kubernetes node.
+func (c *Cluster) NodeUsage(kubeNode string) (cpuCores float64, memBytes int64, ok bool) {
+	s := c.snapshot()
+	if s == nil {
+		return 0, 0, false
+	}
+	u, ok := s.nodes[kubeNode]
+	return u.CPUCores, u.MemBytes, ok
+}
+
+// GuestUsage is the last known usage of a VMI (its virt-launcher pod).
+func (c *Cluster) GuestUsage(ns, vmiName string) (cpuCores float64, memBytes int64, ok bool) {
+	s := c.snapshot()
+	if s == nil {
+		return 0, 0, false
+	}
+	u, ok := s.guests[GuestKey{ns, vmiName}]
+	return u.CPUCores, u.MemBytes, ok
+}
+
+// GuestUsageOf is the last known usage of g's instance; ok is false when
+// it has none or no reading exists.
+func (c *Cluster) GuestUsageOf(g Guest) (cpuCores float64, memBytes int64, ok bool) {
+	if g.VMI == nil {
+		return 0, 0, false
+	}
+	return c.GuestUsage(g.VMI.Namespace, g.VMI.Name)
+}
+
+// NodeUsageOf is the last known usage of n.
+func (c *Cluster) NodeUsageOf(n Node) (cpuCores float64, memBytes int64, ok bool) {
+	if n.Obj == nil {
+		return 0, 0, false
+	}
+	return c.NodeUsage(n.Obj.Name)
+}
+
+// apiMetricsSource reads metrics.k8s.io/v1beta1 (metrics-server).
+type apiMetricsSource struct{ c *Cluster }
+
+// metricsList is the part of NodeMetricsList / PodMetricsList read here.
+type metricsList struct {
+	Items []struct {
+		Metadata struct {
+			Name      string            `json:"name"`
+			Namespace string            `json:"namespace"`
+			Labels    map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Usage      map[string]resource.Quantity `json:"usage"`
+		Containers []struct {
+			Name  string                       `json:"name"`
+			Usage map[string]resource.Quantity `json:"usage"`
+		} `json:"containers"`
+	} `json:"items"`
+}
+
+const metricsAPI = "/apis/metrics.k8s.io/v1beta1"
+
+func (s *apiMetricsSource) get(ctx context.Context, path string, params map[string]string) (*metricsList, error) {
+	req := s.c.Kube.CoreV1().RESTClient().Get().AbsPath(path)
+	for k, v := range params {
+		req = req.Param(k, v)
+	}
+	body, err := req.DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	var l metricsList
+	if err := json.Unmarshal(body, &l); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return &l, nil
+}
+
+func usageOf(l map[string]resource.Quantity) Usage {
+	var u Usage
+	if q, ok := l["cpu"]; ok {
+		u.CPUCores = q.AsApproximateFloat64()
+	}
+	if q, ok := l["memory"]; ok {
+		u.MemBytes = q.Value()
+	}
+	return u
+}
+
+// Sample reads node and virt-launcher pod metrics. A part that fails is
+// left nil (kept from before); the error names the first failure.
+func (s *apiMetricsSource) Sample(ctx context.Context, namespaces []string) (MetricsSample, error) {
+	var out MetricsSample
+	var firstErr error
+	if l, err := s.get(ctx, metricsAPI+"/nodes", nil); err != nil {
+		firstErr = err
+	} else {
+		out.Nodes = map[string]Usage{}
+		for _, it := range l.Items {
+			out.Nodes[it.Metadata.Name] = usageOf(it.Usage)
+		}
+	}
+	paths := []string{metricsAPI + "/pods"}
+	if len(namespaces) > 0 {
+		paths = paths[:0]
+		for _, ns := range namespaces {
+			paths = append(paths, metricsAPI+"/namespaces/"+ns+"/pods")
+		}
+	}
+	guests := map[GuestKey]Usage{}
+	for _, p := range paths {
+		l, err := s.get(ctx, p, map[string]string{"labelSelector": "kubevirt.io=virt-launcher"})
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			guests = nil
+			break
+		}
+		addPodMetrics(guests, l)
+	}
+	out.Guests = guests
+	return out, firstErr
+}
+
+// addPodMetrics maps virt-launcher pod metrics to their VMIs: the compute
+// container when listed (the guest plus QEMU), else the whole pod.
+func addPodMetrics(dst map[GuestKey]Usage, l *metricsList) {
+	for _, it := range l.Items {
+		name := it.Metadata.Labels["kubevirt.io/domain"]
+		if name == "" {
+			name = it.Metadata.Labels["vm.kubevirt.io/name"]
+		}
+		if name == "" {
+			continue
+		}
+		var u Usage
+		found := false
+		for _, ct := range it.Containers {
+			if ct.Name == "compute" {
+				u, found = usageOf(ct.Usage), true
+			}
+		}
+		if !found {
+			for _, ct := range it.Containers {
+				cu := usageOf(ct.Usage)
+				u.CPUCores += cu.CPUCores
+				u.MemBytes += cu.MemBytes
+			}
+		}
+		k := GuestKey{it.Metadata.Namespace, name}
+		// A migrating VMI has two pods; the reading of either will do, the
+		// larger being the one running the guest.
+		if prev, ok := dst[k]; !ok || u.MemBytes > prev.MemBytes {
+			dst[k] = u
+		}
+	}
+}
