@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	clonev1 "kubevirt.io/api/clone/v1beta1"
 	virtv1 "kubevirt.io/api/core/v1"
 	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
@@ -96,14 +95,11 @@ func tmpRestoreName(cl *clonev1.VirtualMachineClone) string  { return "tmp-resto
 // sync reconciles one VirtualMachineClone (key "namespace/name").
 func (cl *clones) sync(ctx context.Context, key string) (time.Duration, error) {
 	c := cl.c
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0, nil
-	}
-	clone := getCached[*clonev1.VirtualMachineClone](c.ext.cloneInformer, ns, name)
+	clone := getCachedKey[*clonev1.VirtualMachineClone](c.ext.cloneInformer, key)
 	if clone == nil || clone.DeletionTimestamp != nil {
 		return 0, nil
 	}
+	ns := clone.Namespace
 	now := time.Now()
 	orig := clone.DeepCopy()
 	st := &clone.Status

@@ -350,14 +350,12 @@ const (
 // sync reconciles one DataVolume (key "namespace/name").
 func (d *dataVolumes) sync(ctx context.Context, key string) (time.Duration, error) {
 	c := d.c
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0, nil
-	}
-	dv := getCached[*cdiv1.DataVolume](c.ext.dvInformer, ns, name)
+	dv := getCachedKey[*cdiv1.DataVolume](c.ext.dvInformer, key)
 	if dv == nil {
 		return 0, nil // its PVC is garbage collected under the pvc key
 	}
+	ns, name := dv.Namespace, dv.Name
+	var err error
 	if ref := metav1.GetControllerOf(dv); ref != nil && ref.Kind == virtv1.VirtualMachineGroupVersionKind.Kind && dv.DeletionTimestamp == nil {
 		gone, err := c.vmGone(ctx, ns, ref)
 		if err != nil {
@@ -800,14 +798,12 @@ func setDVCondition(dv *cdiv1.DataVolume, t cdiv1.DataVolumeConditionType, statu
 // uses (key "namespace/name").
 func (d *dataVolumes) syncPVC(ctx context.Context, key string) (time.Duration, error) {
 	c := d.c
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0, nil
-	}
-	pvc := getCached[*corev1.PersistentVolumeClaim](c.ext.pvcInformer, ns, name)
+	pvc := getCachedKey[*corev1.PersistentVolumeClaim](c.ext.pvcInformer, key)
 	if pvc == nil {
 		return 0, nil
 	}
+	ns, name := pvc.Namespace, pvc.Name
+	var err error
 	if ref := metav1.GetControllerOf(pvc); ref != nil && pvc.DeletionTimestamp == nil {
 		var gone bool
 		switch ref.Kind {

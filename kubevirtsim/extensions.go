@@ -258,16 +258,12 @@ func claimOf(v virtv1.Volume) string {
 	return ""
 }
 
-// getCached returns the object stored under ns/name in inf (nil when
-// absent).
-func getCached[T runtime.Object](inf cache.SharedIndexInformer, ns, name string) T {
+// getCachedKey returns a copy of the cached object under a store key
+// (namespace/name, which is also a queue key), or the zero value.
+func getCachedKey[T runtime.Object](inf cache.SharedIndexInformer, key string) T {
 	var zero T
 	if inf == nil {
 		return zero
-	}
-	key := name
-	if ns != "" {
-		key = ns + "/" + name
 	}
 	obj, ok, err := inf.GetStore().GetByKey(key)
 	if err != nil || !ok {
@@ -278,6 +274,16 @@ func getCached[T runtime.Object](inf cache.SharedIndexInformer, ns, name string)
 		return zero
 	}
 	return t.DeepCopyObject().(T)
+}
+
+// getCached returns a copy of the object stored under ns/name in inf (nil
+// when absent).
+func getCached[T runtime.Object](inf cache.SharedIndexInformer, ns, name string) T {
+	key := name
+	if ns != "" {
+		key = ns + "/" + name
+	}
+	return getCachedKey[T](inf, key)
 }
 
 // vmGone reports whether the VM a controller reference points to is gone:

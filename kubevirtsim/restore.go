@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	clonev1 "kubevirt.io/api/clone/v1beta1"
 	virtv1 "kubevirt.io/api/core/v1"
 	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
@@ -129,14 +128,12 @@ func restoreComplete(rs *snapshotv1.VirtualMachineRestore) bool {
 // sync reconciles one VirtualMachineRestore (key "namespace/name").
 func (r *restores) sync(ctx context.Context, key string) (time.Duration, error) {
 	c := r.c
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0, nil
-	}
-	rs := getCached[*snapshotv1.VirtualMachineRestore](c.ext.restoreInformer, ns, name)
+	rs := getCachedKey[*snapshotv1.VirtualMachineRestore](c.ext.restoreInformer, key)
 	if rs == nil {
 		return 0, nil
 	}
+	ns, name := rs.Namespace, rs.Name
+	var err error
 	client := c.kv.SnapshotV1beta1().VirtualMachineRestores(ns)
 	if rs.DeletionTimestamp == nil {
 		gone, err := c.cloneOwnerGone(ctx, rs)

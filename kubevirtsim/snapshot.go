@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	clonev1 "kubevirt.io/api/clone/v1beta1"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -107,14 +106,12 @@ func contentNameFor(snap *snapshotv1.VirtualMachineSnapshot) string {
 // syncSnapshot reconciles one VirtualMachineSnapshot (key "namespace/name").
 func (s *snapshots) syncSnapshot(ctx context.Context, key string) (time.Duration, error) {
 	c := s.c
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0, nil
-	}
-	snap := getCached[*snapshotv1.VirtualMachineSnapshot](c.ext.snapshotInformer, ns, name)
+	snap := getCachedKey[*snapshotv1.VirtualMachineSnapshot](c.ext.snapshotInformer, key)
 	if snap == nil {
 		return 0, nil
 	}
+	ns, name := snap.Namespace, snap.Name
+	var err error
 	if snap.DeletionTimestamp == nil {
 		if gone, err := c.cloneOwnerGone(ctx, snap); err != nil || gone {
 			if gone {
@@ -479,14 +476,12 @@ func (s *snapshots) deleteContent(ctx context.Context, content *snapshotv1.Virtu
 // gone (key "namespace/name").
 func (s *snapshots) syncContent(ctx context.Context, key string) (time.Duration, error) {
 	c := s.c
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0, nil
-	}
-	content := getCached[*snapshotv1.VirtualMachineSnapshotContent](c.ext.contentInformer, ns, name)
+	content := getCachedKey[*snapshotv1.VirtualMachineSnapshotContent](c.ext.contentInformer, key)
 	if content == nil {
 		return 0, nil
 	}
+	ns := content.Namespace
+	var err error
 	if content.DeletionTimestamp != nil {
 		return 0, s.deleteContent(ctx, content)
 	}
