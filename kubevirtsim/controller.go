@@ -113,9 +113,9 @@ type Controller struct {
 	started atomic.Bool
 
 	mu       sync.Mutex
-	seen     map[types.UID]time.Time // first sight of a VMI (StartDelay base)
-	stopping map[types.UID]time.Time // first sight of a VMI's deletion (StopDelay base)
-	assumed  map[types.UID]string    // node placements not yet seen in the cache
+	seen     firstSight           // first sight of a VMI (StartDelay base)
+	stopping firstSight           // first sight of a VMI's deletion (StopDelay base)
+	assumed  map[types.UID]string // node placements not yet seen in the cache
 }
 
 // NewController creates a controller. Nothing runs until Run is called.
@@ -132,8 +132,6 @@ func NewController(kv kubevirt.Interface, k8s kubernetes.Interface, opts Options
 		vmInformer:   NewVirtualMachineInformer(kv, metav1.NamespaceAll, opts.Resync),
 		vmiInformer:  NewVirtualMachineInstanceInformer(kv, metav1.NamespaceAll, opts.Resync),
 		nodeInformer: coreinformers.NewNodeInformer(k8s, opts.Resync, cache.Indexers{}),
-		seen:         map[types.UID]time.Time{},
-		stopping:     map[types.UID]time.Time{},
 		assumed:      map[types.UID]string{},
 	}
 	c.initExtensions()

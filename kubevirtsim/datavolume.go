@@ -108,7 +108,7 @@ func (d *dataVolumes) addHandlers() {
 				c.enqueue("", m.GetNamespace(), ref.Name)
 			}
 			if deleted {
-				c.ext.forget(m.GetUID())
+				c.ext.seen.forget(m.GetUID())
 				c.enqueue(keyPVC, m.GetNamespace(), m.GetName())
 			}
 		}))
@@ -373,14 +373,14 @@ func (d *dataVolumes) sync(ctx context.Context, key string) (time.Duration, erro
 	}
 	switch dv.Status.Phase {
 	case cdiv1.Succeeded, cdiv1.Failed, cdiv1.UploadReady:
-		c.ext.forget(dv.UID)
+		c.ext.seen.forget(dv.UID)
 		return 0, nil
 	}
 
 	now := time.Now()
 	orig := dv.DeepCopy()
 	if dv.Status.Phase == cdiv1.PhaseUnset {
-		c.ext.firstSeen(dv.UID, now)
+		c.ext.seen.since(dv.UID, now)
 		dv.Status.Phase = cdiv1.Pending
 		dv.Status.ClaimName = dv.Name
 		dv.Status.Progress = progressNA
@@ -454,8 +454,8 @@ func (d *dataVolumes) sync(ctx context.Context, key string) (time.Duration, erro
 		if kind == dvClone {
 			dv.Status.Phase = cdiv1.CloneInProgress
 		}
-		c.ext.forget(dv.UID)
-		c.ext.firstSeen(dv.UID, now)
+		c.ext.seen.forget(dv.UID)
+		c.ext.seen.since(dv.UID, now)
 		dv.Status.Progress = "0.00%"
 		setDVCondition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "", now)
 		return d.writeStatus(ctx, orig, dv, time.Millisecond)
@@ -474,7 +474,7 @@ func (d *dataVolumes) sync(ctx context.Context, key string) (time.Duration, erro
 // after DataVolumeDelay.
 func (d *dataVolumes) progress(ctx context.Context, orig, dv *cdiv1.DataVolume, now time.Time) (time.Duration, error) {
 	delay := d.c.opts.DataVolumeDelay
-	elapsed := now.Sub(d.c.ext.firstSeen(dv.UID, now))
+	elapsed := now.Sub(d.c.ext.seen.since(dv.UID, now))
 	if delay <= 0 || elapsed >= delay {
 		pvc := getCached[*corev1.PersistentVolumeClaim](d.c.ext.pvcInformer, dv.Namespace, dv.Name)
 		d.succeed(dv, pvc, now)
@@ -499,7 +499,7 @@ func (d *dataVolumes) succeed(dv *cdiv1.DataVolume, pvc *corev1.PersistentVolume
 	setDVCondition(dv, cdiv1.DataVolumeBound, corev1.ConditionTrue, reasonDVBound, bound, now)
 	setDVCondition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, reasonDVCompleted, "", now)
 	setDVCondition(dv, cdiv1.DataVolumeReady, corev1.ConditionTrue, "", "", now)
-	d.c.ext.forget(dv.UID)
+	d.c.ext.seen.forget(dv.UID)
 }
 
 // resolveSource classifies the DataVolume and, for clones, returns the

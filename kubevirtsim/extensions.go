@@ -59,7 +59,7 @@ type extensions struct {
 	restoreGrace time.Duration
 
 	mu   sync.Mutex
-	seen map[types.UID]time.Time // first sight of a DataVolume/snapshot/restore
+	seen firstSight // first sight of a DataVolume/snapshot/restore
 }
 
 // Index names of the extension informers.
@@ -89,7 +89,6 @@ func (c *Controller) initExtensions() {
 	e.cdi = c.opts.CDI
 	e.snapshots = !c.opts.DisableSnapshots
 	e.syncers = map[string]syncFunc{}
-	e.seen = map[types.UID]time.Time{}
 	e.restoreGrace = snapshotv1.DefaultGracePeriod
 	if e.cdi == nil && !e.snapshots {
 		return
@@ -149,25 +148,6 @@ func (e *extensions) syncerFor(key string) (syncFunc, string, bool) {
 	}
 	fn, ok := e.syncers[key[:i+1]]
 	return fn, key[i+1:], ok
-}
-
-// firstSeen returns when an object was first reconciled (the base of the
-// simulated durations).
-func (e *extensions) firstSeen(uid types.UID, now time.Time) time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	t, ok := e.seen[uid]
-	if !ok {
-		e.seen[uid] = now
-		t = now
-	}
-	return t
-}
-
-func (e *extensions) forget(uid types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.seen, uid)
 }
 
 // enqueue adds a prefixed key. Event handlers only fire once Run has created

@@ -71,7 +71,7 @@ func (r *restores) addHandlers() {
 	mustAddHandler(e.restoreInformer, handlerD(func(m metav1.Object, deleted bool) {
 		c.enqueue(keyRestore, m.GetNamespace(), m.GetName())
 		if deleted {
-			c.ext.forget(m.GetUID())
+			c.ext.seen.forget(m.GetUID())
 		}
 		if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == clonev1.VirtualMachineCloneKind.Kind {
 			c.enqueue(keyClone, m.GetNamespace(), ref.Name)
@@ -162,7 +162,7 @@ func (r *restores) sync(ctx context.Context, key string) (time.Duration, error) 
 		return 0, snapshotWriteErr(err, name)
 	}
 	if restoreComplete(rs) || restoreFailed(rs) {
-		c.ext.forget(rs.UID)
+		c.ext.seen.forget(rs.UID)
 		if vm := getCached[*virtv1.VirtualMachine](c.vmInformer, ns, rs.Spec.Target.Name); vm != nil &&
 			vm.Status.RestoreInProgress != nil && *vm.Status.RestoreInProgress == name {
 			return 0, c.setVMLock(ctx, ns, vm.Name, lockRestore, name, false)
@@ -181,7 +181,7 @@ func (r *restores) sync(ctx context.Context, key string) (time.Duration, error) 
 		rs.Status = &snapshotv1.VirtualMachineRestoreStatus{Complete: ptr(false)}
 		setSnapshotCondition(&rs.Status.Conditions, snapshotv1.ConditionProgressing, corev1.ConditionTrue, msgRestoreInitializing, now)
 		setSnapshotCondition(&rs.Status.Conditions, snapshotv1.ConditionReady, corev1.ConditionFalse, msgRestoreInitializing, now)
-		c.ext.firstSeen(rs.UID, now)
+		c.ext.seen.since(rs.UID, now)
 		return time.Millisecond, r.writeStatus(ctx, orig, rs)
 	}
 	st := rs.Status
@@ -326,7 +326,7 @@ func (r *restores) complete(ctx context.Context, orig, rs *snapshotv1.VirtualMac
 	st.RestoreTime = ptr(metav1.NewTime(now))
 	setRestoreCondition(st, snapshotv1.ConditionProgressing, corev1.ConditionFalse, msgOperationComplete, "", now)
 	setRestoreCondition(st, snapshotv1.ConditionReady, corev1.ConditionTrue, msgOperationComplete, "", now)
-	r.c.ext.forget(rs.UID)
+	r.c.ext.seen.forget(rs.UID)
 	r.c.log.Info("restore complete", zapKey(rs), zap.String("target", rs.Spec.Target.Name))
 	return r.writeStatus(ctx, orig, rs)
 }
@@ -367,7 +367,7 @@ func (r *restores) targetReady(ctx context.Context, rs *snapshotv1.VirtualMachin
 	case snapshotv1.VirtualMachineRestoreWaitEventually:
 		return false, 0, nil
 	}
-	left := r.c.ext.firstSeen(rs.UID, now).Add(r.grace(rs)).Sub(now)
+	left := r.c.ext.seen.since(rs.UID, now).Add(r.grace(rs)).Sub(now)
 	if left <= 0 {
 		return false, -1, nil
 	}

@@ -71,7 +71,7 @@ func (s *snapshots) addHandlers() {
 	mustAddHandler(e.snapshotInformer, handlerD(func(m metav1.Object, deleted bool) {
 		c.enqueue(keySnapshot, m.GetNamespace(), m.GetName())
 		if snap, ok := m.(*snapshotv1.VirtualMachineSnapshot); ok && deleted {
-			c.ext.forget(snap.UID)
+			c.ext.seen.forget(snap.UID)
 			c.enqueue(keyContent, snap.Namespace, contentNameFor(snap))
 		}
 		if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == clonev1.VirtualMachineCloneKind.Kind {
@@ -128,7 +128,7 @@ func (s *snapshots) syncSnapshot(ctx context.Context, key string) (time.Duration
 	}
 	st := snap.Status
 	if st != nil && (st.Phase == snapshotv1.Succeeded || st.Phase == snapshotv1.Failed) {
-		c.ext.forget(snap.UID)
+		c.ext.seen.forget(snap.UID)
 		if vm := getCached[*virtv1.VirtualMachine](c.vmInformer, ns, snap.Spec.Source.Name); vm != nil &&
 			vm.Status.SnapshotInProgress != nil && *vm.Status.SnapshotInProgress == name {
 			return 0, c.setVMLock(ctx, ns, vm.Name, lockSnapshot, name, false)
@@ -195,8 +195,8 @@ func (s *snapshots) syncSnapshot(ctx context.Context, key string) (time.Duration
 		if err := c.setVMLock(ctx, ns, vm.Name, lockSnapshot, name, true); err != nil {
 			return 0, err
 		}
-		c.ext.forget(snap.UID)
-		c.ext.firstSeen(snap.UID, now)
+		c.ext.seen.forget(snap.UID)
+		c.ext.seen.since(snap.UID, now)
 		st.Phase = snapshotv1.InProgress
 		st.SourceUID = ptr(vm.UID)
 		st.ReadyToUse = ptr(false)
@@ -207,7 +207,7 @@ func (s *snapshots) syncSnapshot(ctx context.Context, key string) (time.Duration
 		c.log.Info("snapshot in progress", zapKey(snap))
 		return max(c.opts.SnapshotDelay, time.Millisecond), s.writeSnapshotStatus(ctx, orig, snap)
 	}
-	if wait := c.ext.firstSeen(snap.UID, now).Add(c.opts.SnapshotDelay).Sub(now); wait > 0 {
+	if wait := c.ext.seen.since(snap.UID, now).Add(c.opts.SnapshotDelay).Sub(now); wait > 0 {
 		return wait, nil
 	}
 
@@ -226,7 +226,7 @@ func (s *snapshots) syncSnapshot(ctx context.Context, key string) (time.Duration
 		return 0, err
 	}
 	c.log.Info("snapshot succeeded", zapKey(snap), zap.String("content", content.Name))
-	c.ext.forget(snap.UID)
+	c.ext.seen.forget(snap.UID)
 	return 0, c.setVMLock(ctx, ns, vm.Name, lockSnapshot, name, false)
 }
 

@@ -73,12 +73,12 @@ func (c *Controller) syncVMI(ctx context.Context, vm *virtv1.VirtualMachine, vmi
 		vmi.Status.RuntimeUser = nonRootUser
 		setPhase(vmi, virtv1.Pending, now)
 		setVMICondition(vmi, readyCondition(corev1.ConditionFalse, virtv1.PodNotExistsReason, messagePodNotExists, now))
-		c.firstSeen(vmi.UID, now)
+		c.seen.since(vmi.UID, now)
 		return c.writeVMI(ctx, orig, vmi, time.Millisecond)
 
 	case virtv1.Pending:
 		// virt-controller creates the virt-launcher pod right away.
-		c.firstSeen(vmi.UID, now)
+		c.seen.since(vmi.UID, now)
 		setPhase(vmi, virtv1.Scheduling, now)
 		setVMICondition(vmi, readyCondition(corev1.ConditionFalse, virtv1.GuestNotRunningReason, messageGuestNotRunning, now))
 		return c.writeVMI(ctx, orig, vmi, time.Millisecond)
@@ -98,7 +98,7 @@ func (c *Controller) syncVMI(ctx context.Context, vm *virtv1.VirtualMachine, vmi
 			return c.writeVMI(ctx, orig, vmi, 5*time.Second)
 		}
 		removeVMICondition(vmi, podScheduledCondition)
-		if wait := c.firstSeen(vmi.UID, now).Add(c.opts.StartDelay).Sub(now); wait > 0 {
+		if wait := c.seen.since(vmi.UID, now).Add(c.opts.StartDelay).Sub(now); wait > 0 {
 			return c.writeVMI(ctx, orig, vmi, wait)
 		}
 		c.schedule(vmi, node, now)
@@ -144,7 +144,7 @@ func (c *Controller) syncDeletingVMI(ctx context.Context, vmi *virtv1.VirtualMac
 	if delay < 0 {
 		delay = 0
 	}
-	if wait := c.stopSeen(vmi.UID, now).Add(delay).Sub(now); wait > 0 {
+	if wait := c.stopping.since(vmi.UID, now).Add(delay).Sub(now); wait > 0 {
 		setVMICondition(vmi, readyCondition(corev1.ConditionFalse, virtv1.PodTerminatingReason, messagePodTerminating, now))
 		return c.writeVMI(ctx, orig, vmi, wait)
 	}
@@ -739,37 +739,11 @@ func requirementMatches(e corev1.NodeSelectorRequirement, set labels.Set) bool {
 	return r.Matches(set)
 }
 
-// firstSeen returns when the controller first saw the VMI (the base of
-// StartDelay).
-func (c *Controller) firstSeen(uid types.UID, now time.Time) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.seen[uid]
-	if !ok {
-		c.seen[uid] = now
-		t = now
-	}
-	return t
-}
-
-// stopSeen returns when the controller first saw the VMI being deleted (the
-// base of StopDelay).
-func (c *Controller) stopSeen(uid types.UID, now time.Time) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.stopping[uid]
-	if !ok {
-		c.stopping[uid] = now
-		t = now
-	}
-	return t
-}
-
 func (c *Controller) forget(uid types.UID) {
+	c.seen.forget(uid)
+	c.stopping.forget(uid)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.seen, uid)
-	delete(c.stopping, uid)
 	delete(c.assumed, uid)
 }
 
