@@ -22,6 +22,10 @@ echo "== test cluster binaries (cached after the first build)"
 CADDY_PROXMOX_TESTBIN=$(testenv/build-binaries.sh)
 export CADDY_PROXMOX_TESTBIN
 
+echo "== ./caddy (the README's build command; process tests run it)"
+./xcaddy.sh >/dev/null
+export CADDY_PROXMOX_CADDY="$PWD/caddy"
+
 echo "== gofmt, go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './testenv/tools/*'))
 if [ -n "$unformatted" ]; then
