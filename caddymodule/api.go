@@ -57,6 +57,18 @@ type APIHandler struct {
 	// InsecureNoAuth serves without any authentication. Never set it on a
 	// reachable address.
 	InsecureNoAuth bool `json:"insecure_no_auth,omitempty"`
+	// Impersonate makes every Kubernetes call made for a request
+	// impersonate the caller's Kubernetes identity (see Identities), so that
+	// Kubernetes RBAC decides what each caller may see and do. The plugin's
+	// own account then needs the `impersonate` verb.
+	Impersonate bool `json:"impersonate,omitempty"`
+	// Identities say what each PVE identity may do: PVE roles on ACL paths
+	// (without impersonation) or the Kubernetes user and groups it acts as
+	// (with it).
+	Identities []IdentityConfig `json:"identities,omitempty"`
+	// DefaultRole is the PVE role on / of identities without grants of
+	// their own, when not impersonating (default Administrator).
+	DefaultRole string `json:"default_role,omitempty"`
 	// AuthFailureDelay delays 401 answers like pveproxy (3 s by default).
 	AuthFailureDelay *caddy.Duration `json:"auth_failure_delay,omitempty"`
 	// SyncTimeout bounds the initial cache sync at provisioning (30 s).
@@ -66,6 +78,7 @@ type APIHandler struct {
 
 	cluster *kube.Cluster
 	auth    *authenticator
+	perms   *permissions
 	mux     *http.ServeMux
 	logger  *zap.Logger
 	metrics *apiMetrics
@@ -123,6 +136,11 @@ func (h *APIHandler) Provision(ctx caddy.Context) error {
 	for _, u := range h.Users {
 		h.auth.users[u.ID] = repl.ReplaceKnown(u.Password, "")
 	}
+	perms, err := newPermissions(h.Impersonate, h.Identities, h.DefaultRole)
+	if err != nil {
+		return fmt.Errorf("proxmox_api: %w", err)
+	}
+	h.perms = perms
 	h.delay = 3 * time.Second
 	if h.AuthFailureDelay != nil {
 		h.delay = time.Duration(*h.AuthFailureDelay)
@@ -161,6 +179,9 @@ func (h *APIHandler) Validate() error {
 	}
 	if h.Simulate && h.Kubeconfig != "" {
 		return errors.New("proxmox_api: simulate and kubeconfig are exclusive")
+	}
+	if h.Simulate && h.Impersonate {
+		return errors.New("proxmox_api: impersonate needs a real cluster (simulated clusters have no RBAC to decide)")
 	}
 	for _, t := range h.Tokens {
 		user, name, ok := strings.Cut(t.ID, "!")

@@ -42,6 +42,13 @@ func parseAPICaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, err
 //		auth_failure_delay <duration>
 //		sync_timeout <duration>
 //		cluster_name <name>
+//		impersonate
+//		default_role <role>
+//		identity <user@realm[!token]> {
+//			role <role> [<acl path>]
+//			kube_user <name>
+//			kube_groups <group>...
+//		}
 //	}
 func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -70,6 +77,25 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("unknown simulate option '%s'", d.Val())
 				}
 			}
+		case "impersonate":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Impersonate = true
+		case "default_role":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			h.DefaultRole = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "identity":
+			id, err := parseIdentity(d)
+			if err != nil {
+				return err
+			}
+			h.Identities = append(h.Identities, id)
 		case "insecure_no_auth":
 			if d.NextArg() {
 				return d.ArgErr()
@@ -153,3 +179,45 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // Interface guard
 var _ caddyfile.Unmarshaler = (*APIHandler)(nil)
+
+// parseIdentity reads an identity block; a role without a path applies
+// to /.
+func parseIdentity(d *caddyfile.Dispenser) (IdentityConfig, error) {
+	var id IdentityConfig
+	if !d.NextArg() {
+		return id, d.ArgErr()
+	}
+	id.ID = d.Val()
+	if d.NextArg() {
+		return id, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "role":
+			args := d.RemainingArgs()
+			if len(args) < 1 || len(args) > 2 {
+				return id, d.ArgErr()
+			}
+			g := GrantConfig{Role: args[0], Path: "/"}
+			if len(args) == 2 {
+				g.Path = args[1]
+			}
+			id.Roles = append(id.Roles, g)
+		case "kube_user":
+			args := d.RemainingArgs()
+			if len(args) != 1 {
+				return id, d.ArgErr()
+			}
+			id.KubeUser = args[0]
+		case "kube_groups":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return id, d.ArgErr()
+			}
+			id.KubeGroups = append(id.KubeGroups, args...)
+		default:
+			return id, d.Errf("identity: unknown option %q", d.Val())
+		}
+	}
+	return id, nil
+}

@@ -70,18 +70,22 @@ func (h *APIHandler) postTicket(q *request) (any, *apiError) {
 		user += "@pam"
 	}
 	ticket, csrf := h.auth.issue(user)
+	q.id = identity{UserID: user, ViaTicket: true}
+	if e := h.actAs(q); e != nil {
+		return nil, e
+	}
 	return map[string]any{
 		"username":            user,
 		"ticket":              ticket,
 		"CSRFPreventionToken": csrf,
 		"clustername":         h.ClusterName,
-		"cap":                 capabilities(),
+		"cap":                 capabilities(h.permissionsOf(q, "")),
 	}, nil
 }
 
-// capabilities is the login answer's cap object, grouped as PVE groups
-// privileges; every configured identity is an administrator for now.
-func capabilities() map[string]map[string]int {
+// capabilities is the login answer's cap object: the caller's
+// privileges anywhere, grouped as PVE groups them.
+func capabilities(perms map[string]map[string]int) map[string]map[string]int {
 	groupOf := func(p string) string {
 		switch {
 		case strings.HasPrefix(p, "VM."):
@@ -100,8 +104,10 @@ func capabilities() map[string]map[string]int {
 		return "dc"
 	}
 	out := map[string]map[string]int{"vms": {}, "storage": {}, "access": {}, "nodes": {}, "dc": {}, "sdn": {}, "mapping": {}}
-	for _, p := range translate.Roles["Administrator"] {
-		out[groupOf(p)][p] = 1
+	for _, privs := range perms {
+		for p := range privs {
+			out[groupOf(p)][p] = 1
+		}
 	}
 	return out
 }
@@ -162,6 +168,10 @@ func (h *APIHandler) getUsers(q *request) (any, *apiError) {
 			users = append(users, q.id.UserID)
 		}
 	}
+	if !h.seesAccess(q) {
+		// Without rights on /access PVE shows the caller only.
+		users = []string{q.id.UserID}
+	}
 	out := []map[string]any{}
 	for _, u := range users {
 		out = append(out, h.userRow(u, full))
@@ -180,13 +190,40 @@ func contains(list []string, s string) bool {
 
 func (h *APIHandler) getUser(q *request) (any, *apiError) {
 	u := q.r.PathValue("userid")
+	if u != q.id.UserID && !h.seesAccess(q) {
+		return nil, permErr(check{path: "/access/users/" + u, privs: []string{"User.Modify", "Sys.Audit"}})
+	}
 	if !contains(h.knownUsers(), u) && u != q.id.UserID {
 		return nil, newError(http.StatusInternalServerError, "no such user ('%s')", u)
 	}
 	return h.userRow(u, true), nil
 }
 
-func (h *APIHandler) getGroups(q *request) (any, *apiError) { return []any{}, nil }
+// getGroups lists the configured Kubernetes groups as PVE groups, with
+// their members; callers without rights on /access see their own only.
+func (h *APIHandler) getGroups(q *request) (any, *apiError) {
+	members := map[string][]string{}
+	for _, id := range h.Identities {
+		for _, g := range id.KubeGroups {
+			members[g] = append(members[g], id.ID)
+		}
+	}
+	all := h.seesAccess(q)
+	mine, _ := h.perms.config(q.id)
+	var names []string
+	for g := range members {
+		if all || contains(mine.KubeGroups, g) {
+			names = append(names, g)
+		}
+	}
+	sort.Strings(names)
+	out := []map[string]any{}
+	for _, g := range names {
+		sort.Strings(members[g])
+		out = append(out, map[string]any{"groupid": g, "users": strings.Join(members[g], ",")})
+	}
+	return out, nil
+}
 
 func (h *APIHandler) getRoles(q *request) (any, *apiError) {
 	var names []string
@@ -213,26 +250,62 @@ func (h *APIHandler) getRole(q *request) (any, *apiError) {
 	return out, nil
 }
 
+// getACL lists the configured grants (the caller's own without rights on
+// /access). With impersonation the rules live in Kubernetes RBAC, which
+// has no PVE ACL form: the list is empty and /access/permissions tells
+// each caller what they hold.
 func (h *APIHandler) getACL(q *request) (any, *apiError) {
 	out := []map[string]any{}
-	for _, u := range h.knownUsers() {
-		out = append(out, map[string]any{"path": "/", "ugid": u, "type": "user", "roleid": "Administrator", "propagate": 1})
+	if h.perms.impersonate {
+		return out, nil
+	}
+	all := h.seesAccess(q)
+	for _, u := range h.knownIdentities() {
+		if !all && u != q.id.UserID && u != q.id.TokenID {
+			continue
+		}
+		typ := "user"
+		if strings.Contains(u, "!") {
+			typ = "token"
+		}
+		for _, g := range h.perms.grants(identity{UserID: u}) {
+			out = append(out, map[string]any{"path": g.Path, "ugid": u, "type": typ, "roleid": g.Role, "propagate": 1})
+		}
 	}
 	return out, nil
 }
 
-// getPermissions answers for the caller (or userid=), on every path or
-// only path=. Every configured identity holds Administrator on /.
+// knownIdentities are the users of the config plus tokens with grants of
+// their own.
+func (h *APIHandler) knownIdentities() []string {
+	out := h.knownUsers()
+	for id, c := range h.perms.byID {
+		if strings.Contains(id, "!") && len(c.Roles) > 0 {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// getPermissions answers for the caller, or for userid= when the caller
+// may audit accounts, on every path or only path=.
 func (h *APIHandler) getPermissions(q *request) (any, *apiError) {
-	path := q.p["path"]
-	privs := map[string]int{}
-	for _, p := range translate.Roles["Administrator"] {
-		privs[p] = 1
+	if u := q.p["userid"]; u != "" && u != q.id.UserID && u != q.id.TokenID {
+		if !h.seesAccess(q) {
+			return nil, permErr(check{path: "/access", privs: []string{"Sys.Audit"}})
+		}
+		other := *q
+		other.id = identity{UserID: u}
+		if user, _, isTok := strings.Cut(u, "!"); isTok {
+			other.id = identity{UserID: user, TokenID: u}
+		}
+		if e := h.actAs(&other); e != nil {
+			return nil, e
+		}
+		q = &other
 	}
-	if path == "" {
-		path = "/"
-	}
-	return map[string]map[string]int{path: privs}, nil
+	return h.permissionsOf(q, q.p["path"]), nil
 }
 
 func (h *APIHandler) emptyList(q *request) (any, *apiError) { return []any{}, nil }

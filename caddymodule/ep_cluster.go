@@ -43,18 +43,21 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 	now := time.Now()
 	out := []any{}
 	if typ == "" || typ == "vm" || typ == "qemu" {
-		for _, g := range q.c.Guests() {
+		for _, g := range h.visibleGuests(q) {
 			out = append(out, vmResource(g, factsOf(q.c, g, now)))
 		}
 	}
 	if typ == "" || typ == "node" {
 		for _, n := range h.nodes() {
+			if !h.seesNode(q, n.Name) {
+				continue
+			}
 			out = append(out, nodeResource(nodeFacts(q.c, n, now)))
 		}
 	}
 	if typ == "" || typ == "storage" {
 		for _, n := range h.nodes() {
-			for _, s := range h.storageRows() {
+			for _, s := range h.visibleStorage(q) {
 				out = append(out, map[string]any{
 					"id": "storage/" + n.Name + "/" + s.Storage, "type": "storage", "node": n.Name,
 					"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,

@@ -205,7 +205,7 @@ func (h *APIHandler) getNodeStorage(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
-	rows := h.storageRows()
+	rows := h.visibleStorage(q)
 	if s, ok := q.p["storage"]; ok {
 		var out []storageRow
 		for _, r := range rows {
@@ -233,7 +233,7 @@ func (h *APIHandler) getNodeStorageStatus(q *request) (any, *apiError) {
 
 func (h *APIHandler) getStorageConfig(q *request) (any, *apiError) {
 	out := []map[string]any{}
-	for _, r := range h.storageRows() {
+	for _, r := range h.visibleStorage(q) {
 		out = append(out, map[string]any{"storage": r.Storage, "type": r.Type, "content": r.Content, "shared": r.Shared})
 	}
 	return out, nil

@@ -18,6 +18,9 @@ func (h *APIHandler) getPools(q *request) (any, *apiError) {
 	}
 	out := []map[string]any{}
 	for _, ns := range q.c.Namespaces() {
+		if !h.seesPool(q, ns) {
+			continue
+		}
 		out = append(out, map[string]any{"poolid": ns})
 	}
 	return out, nil
@@ -36,9 +39,12 @@ func (h *APIHandler) poolWithMembers(q *request, id string) (map[string]any, *ap
 	if !q.c.Serves(id) {
 		return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", id)
 	}
+	if !h.seesPool(q, id) {
+		return nil, permErr(check{path: "/pool/" + id, privs: []string{"Pool.Audit"}})
+	}
 	now := time.Now()
 	members := []any{}
-	for _, g := range q.c.Guests() {
+	for _, g := range h.visibleGuests(q) {
 		if g.Namespace() == id {
 			members = append(members, vmResource(g, factsOf(q.c, g, now)))
 		}

@@ -67,7 +67,7 @@ func (h *APIHandler) getQemuList(q *request) (any, *apiError) {
 		return nil, e
 	}
 	out := []any{}
-	for _, g := range q.c.Guests() {
+	for _, g := range h.visibleGuests(q) {
 		if g.Node != n.Name {
 			continue
 		}

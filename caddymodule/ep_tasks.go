@@ -57,6 +57,9 @@ func (h *APIHandler) task(q *request) (*kube.Task, *apiError) {
 	if err != nil {
 		return nil, newError(http.StatusServiceUnavailable, "reading task: %v", err)
 	}
+	if !h.mayTask(q, t) {
+		return nil, taskForbidden(t)
+	}
 	return t, nil
 }
 
@@ -145,12 +148,12 @@ func (h *APIHandler) getNodeTasks(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	rows, total := taskRows(q.c.Tasks.List(n.Name), int(start), int(limit), q.p["vmid"], q.p["typefilter"], errorsOnly)
+	rows, total := taskRows(h.visibleTasks(q, q.c.Tasks.List(n.Name)), int(start), int(limit), q.p["vmid"], q.p["typefilter"], errorsOnly)
 	return result{data: rows, extra: map[string]any{"total": total}}, nil
 }
 
 func (h *APIHandler) getClusterTasks(q *request) (any, *apiError) {
-	rows, _ := taskRows(q.c.Tasks.List(""), 0, 1000, "", "", false)
+	rows, _ := taskRows(h.visibleTasks(q, q.c.Tasks.List("")), 0, 1000, "", "", false)
 	return rows, nil
 }
 

@@ -29,6 +29,13 @@ func handlerForFuzz(t testing.TB) *APIHandler {
 		h := &APIHandler{Tokens: []TokenConfig{{ID: "root@pam!fuzz", Secret: "fuzz-secret"}}, ClusterName: "fuzz"}
 		h.auth = newAuthenticator([]byte("fuzz-key"))
 		h.auth.tokens["root@pam!fuzz"] = "fuzz-secret"
+		// PVEAdmin rather than Administrator: every request then runs the
+		// role evaluation instead of its all-admin short cut.
+		perms, err := newPermissions(false, []IdentityConfig{{ID: "root@pam!fuzz", Roles: []GrantConfig{{Path: "/", Role: "PVEAdmin"}}}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.perms = perms
 		h.logger = zap.NewNop()
 		h.metrics, _ = newAPIMetrics(nil)
 		h.cluster = b.cluster

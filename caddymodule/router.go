@@ -17,8 +17,11 @@ type request struct {
 	w  http.ResponseWriter
 	p  params
 	id identity
-	h  *APIHandler
-	c  *kube.Cluster
+	// checks are the permissions the route required; a 403 from
+	// Kubernetes is reported against them, as PVE words it.
+	checks []check
+	h      *APIHandler
+	c      *kube.Cluster
 }
 
 func (q *request) ctx() context.Context { return q.r.Context() }
@@ -71,12 +74,29 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 				return
 			}
 			q.id = id
+			if e := h.actAs(q); e != nil {
+				writeError(w, r, e)
+				return
+			}
+			if need := routeNeeds[pattern]; need != nil {
+				q.checks = need(h, q)
+				if e := h.authorize(q, q.checks); e != nil {
+					writeError(w, r, e)
+					return
+				}
+			}
 		}
 		data, e := ep(q)
 		if e == errWritten {
 			return
 		}
 		if e != nil {
+			if e.Code == http.StatusForbidden && len(q.checks) > 0 && !strings.HasPrefix(e.Message, "Permission check failed (/") {
+				// Kubernetes refused the impersonated call: its RBAC is finer
+				// than the review or changed since.
+				h.logger.Info("kubernetes refused the caller", zap.String("user", q.id.ID()), zap.String("detail", e.Message))
+				e = permErr(q.checks[len(q.checks)-1])
+			}
 			writeError(w, r, e)
 			return
 		}

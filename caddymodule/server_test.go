@@ -16,10 +16,13 @@ import (
 const (
 	testToken  = "root@pam!ci"
 	testSecret = "0d7c3c1e-8c1b-4c33-9d2a-3f1f5e6a7b8c"
+	// permsSecret is the secret of every token of the permissions site.
+	permsSecret = "6b1f2e3d-4c5b-4a69-8877-665544332211"
 )
 
 var (
 	ssoPort    int
+	permsPort  int
 	sharedOnce sync.Once
 	sharedAPI  *testcaddy.PVE
 )
@@ -30,6 +33,7 @@ func shared(t *testing.T) *testcaddy.PVE {
 	sharedOnce.Do(func() {
 		port := testcaddy.FreePort(t)
 		ssoPort = testcaddy.FreePort(t)
+		permsPort = testcaddy.FreePort(t)
 		hash, err := bcrypt.GenerateFromPassword([]byte("sso-pass"), bcrypt.MinCost)
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +63,34 @@ https://localhost:%d {
 	}
 	respond "not the API" 418
 }
-`, port, testToken, testSecret))
+`, port, testToken, testSecret)+fmt.Sprintf(`
+https://localhost:%d {
+	tls internal
+	proxmox_api {
+		simulate
+		token auditor@pve!t %[2]s
+		token vmuser@pve!t %[2]s
+		token pooladmin@pve!t %[2]s
+		token admin@pve!t %[2]s
+		user nobody@pve nobody-pass
+		auth_failure_delay 0s
+		default_role NoAccess
+		identity auditor@pve {
+			role PVEAuditor
+		}
+		identity vmuser@pve {
+			role PVEVMUser /vms/101
+		}
+		identity pooladmin@pve {
+			role PVEVMAdmin /pool/lab
+			role PVEPoolUser /pool/lab
+		}
+		identity admin@pve {
+			role Administrator
+		}
+	}
+}
+`, permsPort, permsSecret))
 		base := fmt.Sprintf("https://localhost:%d", port)
 		testcaddy.WaitReady(t, base+"/")
 		sharedAPI = &testcaddy.PVE{Base: base, C: testcaddy.Client()}

@@ -74,10 +74,12 @@ type Cluster struct {
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
 
-	power  *power
-	cancel context.CancelFunc
-	done   chan struct{}
-	Tasks  *Tasks
+	power     *power
+	idClients identityClients
+	access    accessCache
+	cancel    context.CancelFunc
+	done      chan struct{}
+	Tasks     *Tasks
 }
 
 // New builds a Cluster; call Start before use.

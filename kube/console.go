@@ -47,13 +47,13 @@ func (c *Cluster) OpenConsole(ctx context.Context, g Guest, kind string) (kvcore
 	if kind != ConsoleVNC && kind != ConsoleSerial {
 		return nil, errors.New("unknown console kind " + kind)
 	}
-	if c.RESTConfig != nil {
+	if cfg := c.restConfig(ctx); cfg != nil {
 		q := url.Values{}
 		if kind == ConsoleVNC {
 			// PVE semantics: a new console session takes over the display.
 			q.Set("preserveSession", "false")
 		}
-		return kvcorev1.AsyncSubresourceHelper(c.RESTConfig, "virtualmachineinstances", g.Namespace(), g.Name(), kind, q)
+		return kvcorev1.AsyncSubresourceHelper(cfg, "virtualmachineinstances", g.Namespace(), g.Name(), kind, q)
 	}
 	d, ok := consoleDialers.Load(c)
 	if !ok {

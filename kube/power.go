@@ -78,7 +78,7 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 				return err
 			}
 		}
-		return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
+		return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyRerunOnFailure)
 }
@@ -88,7 +88,7 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 // stop exists.
 func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error {
 	if c.power.detect(ctx) {
-		return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
+		return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyHalted)
 }
@@ -100,7 +100,7 @@ func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error
 // Always first.
 func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
 	if c.power.detect(ctx) {
-		return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
+		return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
 	}
 	rs, _ := g.VM.RunStrategy()
 	if rs != kubevirtv1.RunStrategyAlways && rs != kubevirtv1.RunStrategyOnce {
@@ -112,7 +112,7 @@ func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
 		return nil
 	}
 	uid := g.VMI.UID
-	return c.KubeVirt.KubevirtV1().VirtualMachineInstances(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	return c.kv(ctx).KubevirtV1().VirtualMachineInstances(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }
 
 // ResetVM hard-resets the running instance (same instance, no config change).
@@ -120,7 +120,7 @@ func (c *Cluster) ResetVM(ctx context.Context, g Guest) error {
 	if !c.power.detect(ctx) {
 		return ErrNeedsVirtAPI
 	}
-	return c.KubeVirt.KubevirtV1().VirtualMachineInstances(g.Namespace()).Reset(ctx, g.Name())
+	return c.kv(ctx).KubevirtV1().VirtualMachineInstances(g.Namespace()).Reset(ctx, g.Name())
 }
 
 // PauseVM freezes the running instance (PVE suspend without todisk).
@@ -128,7 +128,7 @@ func (c *Cluster) PauseVM(ctx context.Context, g Guest) error {
 	if !c.power.detect(ctx) {
 		return ErrNeedsVirtAPI
 	}
-	return c.KubeVirt.KubevirtV1().VirtualMachineInstances(g.Namespace()).Pause(ctx, g.Name(), &kubevirtv1.PauseOptions{})
+	return c.kv(ctx).KubevirtV1().VirtualMachineInstances(g.Namespace()).Pause(ctx, g.Name(), &kubevirtv1.PauseOptions{})
 }
 
 // UnpauseVM resumes a paused instance.
@@ -136,7 +136,7 @@ func (c *Cluster) UnpauseVM(ctx context.Context, g Guest) error {
 	if !c.power.detect(ctx) {
 		return ErrNeedsVirtAPI
 	}
-	return c.KubeVirt.KubevirtV1().VirtualMachineInstances(g.Namespace()).Unpause(ctx, g.Name(), &kubevirtv1.UnpauseOptions{})
+	return c.kv(ctx).KubevirtV1().VirtualMachineInstances(g.Namespace()).Unpause(ctx, g.Name(), &kubevirtv1.UnpauseOptions{})
 }
 
 // setRunStrategy replaces spec.runStrategy (and drops the deprecated
@@ -162,7 +162,7 @@ func (c *Cluster) patchVM(ctx context.Context, g Guest, ops []patchOp) error {
 	if err != nil {
 		return fmt.Errorf("encoding patch: %w", err)
 	}
-	_, err = c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
+	_, err = c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
 	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 		return fmt.Errorf("VM %s/%s changed while being updated (retry): %w", g.Namespace(), g.Name(), err)
 	}

@@ -115,7 +115,7 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 		},
 		Spec: snapshotv1.VirtualMachineSnapshotSpec{Source: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: g.Name()}},
 	}
-	out, err := c.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(g.Namespace()).Create(ctx, s, metav1.CreateOptions{})
+	out, err := c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshots(g.Namespace()).Create(ctx, s, metav1.CreateOptions{})
 	if err == nil {
 		if inf := c.snapshots.informerFor(out.Namespace); inf != nil {
 			_ = inf.GetStore().Add(out.DeepCopy())
@@ -127,7 +127,7 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 // DeleteSnapshot deletes a snapshot, guarded by its UID.
 func (c *Cluster) DeleteSnapshot(ctx context.Context, s *snapshotv1.VirtualMachineSnapshot) error {
 	uid := s.UID
-	return c.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	return c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }
 
 // SetSnapshotDescription updates the description annotation.
@@ -137,7 +137,7 @@ func (c *Cluster) SetSnapshotDescription(ctx context.Context, s *snapshotv1.Virt
 		cp.Annotations = map[string]string{}
 	}
 	cp.Annotations[translate.AnnotationDescription] = description
-	_, err := c.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Update(ctx, cp, metav1.UpdateOptions{})
+	_, err := c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Update(ctx, cp, metav1.UpdateOptions{})
 	return err
 }
 
@@ -155,7 +155,7 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 			VirtualMachineSnapshotName: s.Name,
 		},
 	}
-	return c.KubeVirt.SnapshotV1beta1().VirtualMachineRestores(g.Namespace()).Create(ctx, r, metav1.CreateOptions{})
+	return c.kv(ctx).SnapshotV1beta1().VirtualMachineRestores(g.Namespace()).Create(ctx, r, metav1.CreateOptions{})
 }
 
 // snapshotState tells whether a snapshot is ready, failed (with why) or
@@ -207,7 +207,7 @@ func (c *Cluster) SnapshotVM(ctx context.Context, s *snapshotv1.VirtualMachineSn
 	if s.Status == nil || s.Status.VirtualMachineSnapshotContentName == nil {
 		return nil, nil
 	}
-	content, err := c.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshotContents(s.Namespace).Get(ctx, *s.Status.VirtualMachineSnapshotContentName, metav1.GetOptions{})
+	content, err := c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshotContents(s.Namespace).Get(ctx, *s.Status.VirtualMachineSnapshotContentName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ func (c *Cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 	if !c.Serves(vm.Namespace) {
 		return nil, fmt.Errorf("namespace %q is not served", vm.Namespace)
 	}
-	out, err := c.KubeVirt.KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
+	out, err := c.kv(ctx).KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (c *Cluster) DeleteVM(ctx context.Context, g Guest) error {
 	// Background, not foreground: foreground deletion waits on the garbage
 	// collector, and the delete task must end when the VM object is gone.
 	bg := metav1.DeletePropagationBackground
-	return c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{
+	return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &uid},
 		PropagationPolicy: &bg,
 	})
@@ -91,7 +91,7 @@ func (c *Cluster) ReplaceVM(ctx context.Context, g Guest, want *kubevirtv1.Virtu
 	if err != nil {
 		return nil, fmt.Errorf("encoding patch: %w", err)
 	}
-	out, err := c.KubeVirt.KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
+	out, err := c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
 	if err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 			return nil, fmt.Errorf("%w: %v", ErrModified, err)
@@ -112,13 +112,13 @@ var ErrModified = errors.New("detected modified configuration - file changed by 
 // PVC returns a PersistentVolumeClaim (a direct read: claims are not
 // cached, as only writes need them).
 func (c *Cluster) PVC(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
-	return c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	return c.kube(ctx).CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
 // ResizePVC grows a claim's storage request.
 func (c *Cluster) ResizePVC(ctx context.Context, ns, name string, bytes int64) error {
 	body := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, resource.NewQuantity(bytes, resource.BinarySI).String())
-	_, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+	_, err := c.kube(ctx).CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
 	return err
 }
 
@@ -134,7 +134,7 @@ func (c *Cluster) ApplySecret(ctx context.Context, vm *kubevirtv1.VirtualMachine
 		},
 		Data: data,
 	}
-	secrets := c.Kube.CoreV1().Secrets(vm.Namespace)
+	secrets := c.kube(ctx).CoreV1().Secrets(vm.Namespace)
 	cur, err := secrets.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = secrets.Create(ctx, s, metav1.CreateOptions{})
@@ -151,5 +151,5 @@ func (c *Cluster) ApplySecret(ctx context.Context, vm *kubevirtv1.VirtualMachine
 
 // Secret reads a Secret (direct read; secrets are never cached).
 func (c *Cluster) Secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
-	return c.Kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	return c.kube(ctx).CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 }

@@ -1,0 +1,416 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// IdentityConfig says what one PVE identity (user@realm, or a token
+// user@realm!name) may do: PVE roles on ACL paths when the API does not
+// impersonate, the Kubernetes user and groups it acts as when it does.
+type IdentityConfig struct {
+	// ID is user@realm or user@realm!tokenname.
+	ID string `json:"id"`
+	// Roles grants PVE roles on ACL paths (propagating, as PVE's default).
+	Roles []GrantConfig `json:"roles,omitempty"`
+	// KubeUser is the Kubernetes user to impersonate (default "pve:" + the
+	// user id, so that RBAC subjects read like PVE users).
+	KubeUser string `json:"kube_user,omitempty"`
+	// KubeGroups are the Kubernetes groups to impersonate.
+	KubeGroups []string `json:"kube_groups,omitempty"`
+}
+
+// GrantConfig is one ACL entry: a role on a path such as /, /vms/100,
+// /pool/<namespace>, /storage/<name> or /nodes/<name>.
+type GrantConfig struct {
+	Path string `json:"path"`
+	Role string `json:"role"`
+}
+
+// defaultKubeUserPrefix names impersonated users after their PVE id.
+const defaultKubeUserPrefix = "pve:"
+
+// permissions decides what an authenticated identity may do. Without
+// impersonation it applies PVE's role table to the configured grants;
+// with it, Kubernetes decides: writes are the impersonated calls
+// themselves, and cached reads are filtered by access reviews.
+type permissions struct {
+	impersonate bool
+	byID        map[string]IdentityConfig
+	defaultRole string
+	// allAdmin short-cuts the common configuration where every identity is
+	// Administrator on /.
+	allAdmin bool
+}
+
+func newPermissions(impersonate bool, ids []IdentityConfig, defaultRole string) (*permissions, error) {
+	if defaultRole == "" {
+		defaultRole = "Administrator"
+	}
+	if _, ok := translate.Roles[defaultRole]; !ok {
+		return nil, fmt.Errorf("default_role: unknown role %q", defaultRole)
+	}
+	p := &permissions{impersonate: impersonate, byID: map[string]IdentityConfig{}, defaultRole: defaultRole}
+	p.allAdmin = !impersonate && defaultRole == "Administrator"
+	for _, id := range ids {
+		if !validIdentityID(id.ID) {
+			return nil, fmt.Errorf("identity %q: want user@realm or user@realm!token", id.ID)
+		}
+		if _, dup := p.byID[id.ID]; dup {
+			return nil, fmt.Errorf("identity %q configured twice", id.ID)
+		}
+		for _, g := range id.Roles {
+			if _, ok := translate.Roles[g.Role]; !ok {
+				return nil, fmt.Errorf("identity %q: unknown role %q", id.ID, g.Role)
+			}
+			if !validACLPath(g.Path) {
+				return nil, fmt.Errorf("identity %q: bad ACL path %q (want /, /vms/<id>, /pool/<name>, /storage/<name> or /nodes/<name>)", id.ID, g.Path)
+			}
+			if g.Role != "Administrator" || g.Path != "/" {
+				p.allAdmin = false
+			}
+		}
+		if len(id.Roles) == 0 && defaultRole != "Administrator" {
+			p.allAdmin = false
+		}
+		p.byID[id.ID] = id
+	}
+	return p, nil
+}
+
+func validIdentityID(s string) bool {
+	user, realm, ok := strings.Cut(s, "@")
+	if !ok || user == "" || realm == "" {
+		return false
+	}
+	if r, tok, isTok := strings.Cut(realm, "!"); isTok && (r == "" || tok == "") {
+		return false
+	}
+	return !strings.ContainsAny(s, " \t\r\n")
+}
+
+func validACLPath(p string) bool {
+	if p == "/" {
+		return true
+	}
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	if !strings.HasPrefix(p, "/") || len(parts) != 2 || parts[1] == "" {
+		return false
+	}
+	switch parts[0] {
+	case "vms":
+		_, err := strconv.Atoi(parts[1])
+		return err == nil
+	case "pool", "storage", "nodes":
+		return true
+	}
+	return false
+}
+
+// config returns the identity's own entry: a token's, else its user's.
+func (p *permissions) config(id identity) (IdentityConfig, bool) {
+	if id.TokenID != "" {
+		if c, ok := p.byID[id.TokenID]; ok {
+			return c, true
+		}
+	}
+	c, ok := p.byID[id.UserID]
+	return c, ok
+}
+
+// kubeIdentity is the Kubernetes identity a PVE identity acts as.
+func (p *permissions) kubeIdentity(id identity) kube.Identity {
+	c, _ := p.config(id)
+	user := c.KubeUser
+	if user == "" {
+		user = defaultKubeUserPrefix + id.UserID
+	}
+	return kube.Identity{User: user, Groups: c.KubeGroups}
+}
+
+// grants are the identity's ACL entries (its default role on / when it
+// has none of its own).
+func (p *permissions) grants(id identity) []GrantConfig {
+	if c, ok := p.config(id); ok && len(c.Roles) > 0 {
+		return c.Roles
+	}
+	return []GrantConfig{{Path: "/", Role: p.defaultRole}}
+}
+
+// covers tells whether a grant on path g reaches path (ns is the
+// namespace, i.e. pool, of a /vms/<id> path): grants propagate down the
+// tree, and a pool's grants reach its VMs.
+func covers(g, path, ns string) bool {
+	switch {
+	case g == "/", g == path, strings.HasPrefix(path, g+"/"):
+		return true
+	case ns != "" && g == "/pool/"+ns && strings.HasPrefix(path, "/vms/"):
+		return true
+	}
+	return false
+}
+
+// rolePrivs is the set of privileges the grants give on path.
+func rolePrivs(grants []GrantConfig, path, ns string) map[string]bool {
+	out := map[string]bool{}
+	for _, g := range grants {
+		if covers(g.Path, path, ns) {
+			for _, priv := range translate.Roles[g.Role] {
+				out[priv] = true
+			}
+		}
+	}
+	return out
+}
+
+// may tells whether the caller holds priv on path; ns is the namespace the
+// path lives in ("" for cluster-wide paths). An access review that fails
+// counts as a refusal and is returned so that endpoints can answer 503.
+func (h *APIHandler) may(q *request, path, ns, priv string) (bool, error) {
+	p := h.perms
+	if h.auth.noAuth || p.allAdmin {
+		return true, nil
+	}
+	if !p.impersonate {
+		return rolePrivs(p.grants(q.id), path, ns)[priv], nil
+	}
+	if _, ok := kube.IdentityFrom(q.ctx()); !ok {
+		return false, kube.ErrNoIdentity
+	}
+	return q.c.CanI(q.ctx(), kube.PrivilegeAccess(priv, ns, q.c.HasVirtAPI(q.ctx())))
+}
+
+// sees is may for filtering lists: a failed review hides the row (and is
+// logged), it never shows it.
+func (h *APIHandler) sees(q *request, path, ns, priv string) bool {
+	ok, err := h.may(q, path, ns, priv)
+	if err != nil {
+		h.logger.Warn("access review failed; hiding the row", zap.String("user", q.id.ID()), zap.String("path", path), zap.Error(err))
+	}
+	return ok
+}
+
+// seesVM tells whether the caller may audit a VM.
+func (h *APIHandler) seesVM(q *request, g kube.Guest) bool {
+	return h.sees(q, "/vms/"+strconv.Itoa(g.VMID), g.Namespace(), "VM.Audit")
+}
+
+// check is one permission an endpoint needs: one of privs on path.
+type check struct {
+	path, ns string
+	privs    []string
+}
+
+// permErr is PVE's refusal: 403 with the path and privilege checked.
+func permErr(c check) *apiError {
+	return newError(http.StatusForbidden, "Permission check failed (%s, %s)", c.path, strings.Join(c.privs, "|"))
+}
+
+// authorize runs an endpoint's checks before it touches anything.
+func (h *APIHandler) authorize(q *request, checks []check) *apiError {
+	for _, c := range checks {
+		granted := false
+		for _, priv := range c.privs {
+			ok, err := h.may(q, c.path, c.ns, priv)
+			if err != nil && !errors.Is(err, kube.ErrNoIdentity) {
+				return kubeError(err)
+			}
+			if ok {
+				granted = true
+				break
+			}
+		}
+		if !granted {
+			return permErr(c)
+		}
+	}
+	return nil
+}
+
+// needs returns what the route pattern requires of the caller. The
+// checks mirror the permissions blocks of PVE's API schema; a VM that
+// does not exist is left to the endpoint, which answers PVE's
+// "does not exist".
+type needFunc func(h *APIHandler, q *request) []check
+
+func vmNeeds(privs ...string) needFunc {
+	return func(h *APIHandler, q *request) []check {
+		id, err := translate.ParseVMID(q.r.PathValue("vmid"))
+		if err != nil {
+			return nil
+		}
+		g, err := q.c.Guest(id)
+		if err != nil {
+			return nil
+		}
+		return []check{{path: "/vms/" + strconv.Itoa(id), ns: g.Namespace(), privs: privs}}
+	}
+}
+
+func nodeNeeds(privs ...string) needFunc {
+	return func(h *APIHandler, q *request) []check {
+		return []check{{path: "/nodes/" + q.r.PathValue("node"), privs: privs}}
+	}
+}
+
+func storageNeeds(privs ...string) needFunc {
+	return func(h *APIHandler, q *request) []check {
+		return []check{{path: "/storage/" + q.r.PathValue("storage"), privs: privs}}
+	}
+}
+
+// configNeeds asks for the privilege of every key set, deleted or
+// reverted, as PVE does; an empty update needs any VM.Config.* right.
+func configNeeds(h *APIHandler, q *request) []check {
+	base := vmNeeds()(h, q)
+	if base == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	for k, v := range q.p {
+		switch k {
+		case "digest", "skiplock", "background_delay", "node", "vmid":
+			continue
+		case "delete", "revert":
+			for _, d := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }) {
+				set[translate.ConfigKeyPrivilege(d, "")] = true
+			}
+			continue
+		}
+		set[translate.ConfigKeyPrivilege(k, v)] = true
+	}
+	if len(set) == 0 {
+		base[0].privs = []string{translate.PrivConfigDisk, translate.PrivConfigCDROM, translate.PrivConfigCPU, translate.PrivConfigMemory,
+			translate.PrivConfigNetwork, translate.PrivConfigHWType, translate.PrivConfigOptions, translate.PrivConfigCloudinit}
+		return base
+	}
+	privs := make([]string, 0, len(set))
+	for p := range set {
+		privs = append(privs, p)
+	}
+	sort.Strings(privs)
+	out := make([]check, 0, len(privs))
+	for _, p := range privs {
+		out = append(out, check{path: base[0].path, ns: base[0].ns, privs: []string{p}})
+	}
+	return out
+}
+
+// createNeeds: VM.Allocate on the new vmid, in the pool it will live in.
+func createNeeds(h *APIHandler, q *request) []check {
+	id, err := translate.ParseVMID(q.p["vmid"])
+	if err != nil {
+		return nil
+	}
+	return []check{{path: "/vms/" + strconv.Itoa(id), ns: h.createNamespace(q), privs: []string{"VM.Allocate"}}}
+}
+
+// cloneNeeds: VM.Clone on the source and VM.Allocate on the new VM.
+func cloneNeeds(h *APIHandler, q *request) []check {
+	src := vmNeeds("VM.Clone")(h, q)
+	if src == nil {
+		return nil
+	}
+	id, err := translate.ParseVMID(q.p["newid"])
+	if err != nil {
+		return src
+	}
+	ns := src[0].ns
+	if p := q.p["pool"]; p != "" {
+		ns = p
+	}
+	return append(src, check{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"VM.Allocate"}})
+}
+
+// createNamespace is the namespace a new VM goes to: pool=, else the
+// default pool.
+func (h *APIHandler) createNamespace(q *request) string {
+	if pool := q.p["pool"]; pool != "" {
+		return pool
+	}
+	if h.DefaultPool != "" {
+		return h.DefaultPool
+	}
+	if len(h.Namespaces) > 0 {
+		return h.Namespaces[0]
+	}
+	return "default"
+}
+
+// routeNeeds lists the permission of every route that has one; routes not
+// listed need only authentication (or filter what they show).
+var routeNeeds = map[string]needFunc{
+	"GET /nodes/{node}/status":                                    nodeNeeds("Sys.Audit"),
+	"GET /nodes/{node}/rrddata":                                   nodeNeeds("Sys.Audit"),
+	"GET /nodes/{node}/dns":                                       nodeNeeds("Sys.Audit"),
+	"GET /nodes/{node}/hosts":                                     nodeNeeds("Sys.Audit"),
+	"GET /nodes/{node}/network":                                   nodeNeeds("Sys.Audit"),
+	"GET /nodes/{node}/storage/{storage}/status":                  storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
+	"GET /nodes/{node}/storage/{storage}/content":                 storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
+	"GET /nodes/{node}/storage/{storage}/content/{volume}":        storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
+	"GET /storage/{storage}":                                      storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
+	"POST /nodes/{node}/qemu":                                     createNeeds,
+	"DELETE /nodes/{node}/qemu/{vmid}":                            vmNeeds("VM.Allocate"),
+	"GET /nodes/{node}/qemu/{vmid}":                               vmNeeds("VM.Audit"),
+	"GET /nodes/{node}/qemu/{vmid}/config":                        vmNeeds("VM.Audit"),
+	"PUT /nodes/{node}/qemu/{vmid}/config":                        configNeeds,
+	"POST /nodes/{node}/qemu/{vmid}/config":                       configNeeds,
+	"GET /nodes/{node}/qemu/{vmid}/pending":                       vmNeeds("VM.Audit"),
+	"PUT /nodes/{node}/qemu/{vmid}/resize":                        vmNeeds(translate.PrivConfigDisk),
+	"POST /nodes/{node}/qemu/{vmid}/template":                     vmNeeds("VM.Allocate"),
+	"POST /nodes/{node}/qemu/{vmid}/clone":                        cloneNeeds,
+	"GET /nodes/{node}/qemu/{vmid}/status":                        vmNeeds("VM.Audit"),
+	"GET /nodes/{node}/qemu/{vmid}/status/current":                vmNeeds("VM.Audit"),
+	"GET /nodes/{node}/qemu/{vmid}/rrddata":                       vmNeeds("VM.Audit"),
+	"POST /nodes/{node}/qemu/{vmid}/status/{action}":              vmNeeds("VM.PowerMgmt"),
+	"GET /nodes/{node}/qemu/{vmid}/snapshot":                      vmNeeds("VM.Audit"),
+	"POST /nodes/{node}/qemu/{vmid}/snapshot":                     vmNeeds("VM.Snapshot"),
+	"GET /nodes/{node}/qemu/{vmid}/snapshot/{snapname}":           vmNeeds("VM.Audit"),
+	"DELETE /nodes/{node}/qemu/{vmid}/snapshot/{snapname}":        vmNeeds("VM.Snapshot"),
+	"POST /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback": vmNeeds("VM.Snapshot", "VM.Snapshot.Rollback"),
+	"GET /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config":    vmNeeds("VM.Audit"),
+	"PUT /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config":    vmNeeds("VM.Snapshot"),
+	"POST /nodes/{node}/qemu/{vmid}/vncproxy":                     vmNeeds("VM.Console"),
+	"POST /nodes/{node}/qemu/{vmid}/termproxy":                    vmNeeds("VM.Console"),
+	"GET /nodes/{node}/qemu/{vmid}/vncwebsocket":                  vmNeeds("VM.Console"),
+	"GET /nodes/{node}/qemu/{vmid}/agent":                         vmNeeds("VM.Monitor"),
+	"GET /nodes/{node}/qemu/{vmid}/agent/{command}":               vmNeeds("VM.Monitor"),
+	"POST /nodes/{node}/qemu/{vmid}/agent/{command}":              vmNeeds("VM.Monitor"),
+}
+
+// mayTask tells whether the caller may read a task: their own, or any
+// with Sys.Audit on its node, as PVE allows.
+func (h *APIHandler) mayTask(q *request, t *kube.Task) bool {
+	if h.auth.noAuth || h.perms.allAdmin {
+		return true
+	}
+	owner := t.UPID.User
+	if owner == q.id.ID() || owner == q.id.UserID || (q.id.TokenID == "" && strings.HasPrefix(owner, q.id.UserID+"!")) {
+		return true
+	}
+	return h.sees(q, "/nodes/"+t.UPID.Node, "", "Sys.Audit")
+}
+
+// actAs puts the caller's Kubernetes identity on the request, when the
+// API impersonates.
+func (h *APIHandler) actAs(q *request) *apiError {
+	if !h.perms.impersonate || h.auth.noAuth {
+		return nil
+	}
+	ctx, err := q.c.WithIdentity(q.ctx(), h.perms.kubeIdentity(q.id))
+	if err != nil {
+		h.logger.Error("cannot act as the caller", zap.String("user", q.id.ID()), zap.Error(err))
+		return newError(http.StatusInternalServerError, "cannot act as %s: %v", q.id.ID(), err)
+	}
+	q.r = q.r.WithContext(ctx)
+	return nil
+}
