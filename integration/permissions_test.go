@@ -1,0 +1,176 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+)
+
+const impersonatedSecret = "9e8d7c6b-5a49-4382-a1b0-c9d8e7f6a5b4"
+
+// TestImpersonationLetsKubernetesDecide runs ./caddy with `impersonate`
+// against the real apiserver and three PVE users whose Kubernetes
+// identities (pve:<user>) have different RBAC rights in one namespace:
+// alice edits VMs (kubevirt.io:edit), bob views them (kubevirt.io:view),
+// carol has nothing. What each sees and may do must follow RBAC alone.
+func TestImpersonationLetsKubernetesDecide(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t, "perm")
+	bind := func(user, role string) {
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(strings.ReplaceAll(user, ":", "-"), "@", "-"), Namespace: ns},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		}
+		if _, err := env.Kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind("pve:alice@pve", "kubevirt.io:edit")
+	bind("pve:bob@pve", "kubevirt.io:view")
+
+	dir := t.TempDir()
+	port := testcaddy.FreePort(t)
+	cfg := testcaddy.Globals(dir) + fmt.Sprintf(`
+https://localhost:%d {
+	tls internal
+	proxmox_api {
+		kubeconfig %s
+		namespace %s
+		impersonate
+		token alice@pve!t %[4]s
+		token bob@pve!t %[4]s
+		token carol@pve!t %[4]s
+		auth_failure_delay 0s
+	}
+}
+`, port, env.Kubeconfig, ns, impersonatedSecret)
+	proc := testcaddy.StartProcess(t, dir, cfg)
+	base := fmt.Sprintf("https://localhost:%d", port)
+	waitAPI(t, proc, base)
+	as := func(user string) *testcaddy.PVE {
+		return &testcaddy.PVE{T: t, Base: base, C: testcaddy.Client(), Auth: testcaddy.TokenAuth(user+"@pve!t", impersonatedSecret)}
+	}
+	alice, bob, carol := as("alice"), as("bob"), as("carol")
+	var nodes []map[string]any
+	alice.OK("GET", "/nodes", nil, &nodes)
+	node := nodes[0]["node"].(string)
+	id := nextID(pve(t))
+
+	// alice may create and start: every call is made as pve:alice@pve.
+	var upid string
+	alice.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "imp-"+id, "pool", ns, "memory", "512"), &upid)
+	if exit := alice.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create as alice: %s", exit)
+	}
+	alice.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/start", nil, &upid)
+	if exit := alice.WaitTask(upid); exit != "OK" {
+		t.Fatalf("start as alice: %s", exit)
+	}
+
+	// A cloud-init drive needs a Secret, which kubevirt.io:edit does not
+	// grant: Kubernetes refuses the impersonated write and nothing is
+	// created, although the plugin's own account could have written it.
+	ans := alice.Do("POST", "/nodes/"+node+"/qemu", form("vmid", fmt.Sprint(mustAtoi(id)+1), "name", "imp-ci", "pool", ns, "ciuser", "debian", "ide2", "local-lvm:cloudinit"))
+	if ans.Code != http.StatusForbidden || !strings.HasPrefix(strings.TrimSpace(ans.Message), "Permission check failed (/vms/") {
+		t.Fatalf("create with cloud-init as alice (no secrets right): %s %s", ans.Status, ans.Raw)
+	}
+	// (Its VM object exists for a moment: the Secret is owned by the VM,
+	// so the VM comes first and is deleted again when the Secret is refused.)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		vm, err := env.KubeVirt.KubevirtV1().VirtualMachines(ns).Get(ctx, "imp-ci", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("refused create left a VM behind: %v %v", err, vm.DeletionTimestamp)
+		}
+	}
+
+	// bob sees the VM but may not stop it; the VM keeps running.
+	if st := bob.Status(node, id); st["status"] != "running" {
+		t.Fatalf("bob reads status %v", st["status"])
+	}
+	denied := func(a *testcaddy.PVE, method, path string, f url.Values, want string) {
+		t.Helper()
+		ans := a.Do(method, path, f)
+		if ans.Code != http.StatusForbidden || strings.TrimSpace(ans.Message) != want {
+			t.Fatalf("%s %s: %s %q, want 403 %q", method, path, ans.Status, ans.Message, want)
+		}
+	}
+	denied(bob, "POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, "Permission check failed (/vms/"+id+", VM.PowerMgmt)")
+	denied(bob, "PUT", "/nodes/"+node+"/qemu/"+id+"/config", form("cores", "2"), "Permission check failed (/vms/"+id+", VM.Config.CPU)")
+	time.Sleep(500 * time.Millisecond)
+	if _, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, "imp-"+id, metav1.GetOptions{}); err != nil {
+		t.Fatalf("VM stopped by a refused call: %v", err)
+	}
+
+	// carol sees nothing and may read nothing.
+	var rows []map[string]any
+	carol.OK("GET", "/cluster/resources", nil, &rows)
+	for _, r := range rows {
+		if r["type"] == "qemu" || r["type"] == "node" {
+			t.Fatalf("carol sees %v", r)
+		}
+	}
+	denied(carol, "GET", "/nodes/"+node+"/qemu/"+id+"/status/current", nil, "Permission check failed (/vms/"+id+", VM.Audit)")
+
+	// /access/permissions tells each the truth, from access reviews.
+	perms := func(a *testcaddy.PVE) map[string]map[string]int {
+		var p map[string]map[string]int
+		a.OK("GET", "/access/permissions", nil, &p)
+		return p
+	}
+	pa, pb, pc := perms(alice), perms(bob), perms(carol)
+	pool := "/pool/" + ns
+	if pa[pool]["VM.PowerMgmt"] != 1 || pa[pool]["VM.Allocate"] != 1 || pa[pool]["VM.Audit"] != 1 {
+		t.Fatalf("alice's permissions: %v", pa)
+	}
+	if pb[pool]["VM.Audit"] != 1 || pb[pool]["VM.PowerMgmt"] != 0 || pb[pool]["VM.Allocate"] != 0 {
+		t.Fatalf("bob's permissions: %v", pb)
+	}
+	if len(pc["/"]) != 0 || len(pc[pool]) != 0 {
+		t.Fatalf("carol's permissions: %v", pc)
+	}
+	if pa["/"]["Sys.Audit"] != 0 {
+		t.Fatalf("alice holds Sys.Audit on / without any node right: %v", pa["/"])
+	}
+
+	alice.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, &upid)
+	alice.WaitTask(upid)
+	alice.OK("DELETE", "/nodes/"+node+"/qemu/"+id, nil, &upid)
+	if exit := alice.WaitTask(upid); exit != "OK" {
+		t.Fatalf("delete as alice: %s", exit)
+	}
+}
+
+// waitAPI waits for a ./caddy process to answer, failing with its log if
+// it exits first.
+func waitAPI(t *testing.T, proc *testcaddy.Process, base string) {
+	t.Helper()
+	c := testcaddy.Client()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if proc.Exited() {
+			t.Fatalf("./caddy exited:\n%s", proc.Output())
+		}
+		if res, err := c.Get(base + "/api2/json/version"); err == nil {
+			res.Body.Close()
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Fprintln(os.Stderr, proc.Output())
+	t.Fatalf("%s did not answer", base)
+}
