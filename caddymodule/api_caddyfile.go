@@ -42,6 +42,11 @@ func parseAPICaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, err
 //		auth_failure_delay <duration>
 //		sync_timeout <duration>
 //		cluster_name <name>
+//		prometheus <url> {
+//			bearer_token_file <path>
+//			header <name> <value>
+//			interval <duration>
+//		}
 //	}
 func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -144,6 +149,12 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				cd := caddy.Duration(dur)
 				h.AuthFailureDelay = &cd
 			}
+		case "prometheus":
+			p, err := unmarshalPrometheus(d)
+			if err != nil {
+				return err
+			}
+			h.Prometheus = p
 		default:
 			return d.Errf("unknown proxmox_api option '%s'", d.Val())
 		}
