@@ -38,8 +38,8 @@ var (
 	// metrics.k8s.io, with a Prometheus stub; hangingPromBase has the
 	// metrics API too but a Prometheus that never answers (metrics_test.go).
 	metricsBase, hangingPromBase string
-	caddyDir           string
-	directConfig       *rest.Config
+	caddyDir                     string
+	directConfig                 *rest.Config
 )
 
 func TestMain(m *testing.M) {
