@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/prom"
 )
 
 func init() {
@@ -75,8 +76,12 @@ type APIHandler struct {
 	SyncTimeout caddy.Duration `json:"sync_timeout,omitempty"`
 	// ClusterName is reported by /cluster/status and the login answer.
 	ClusterName string `json:"cluster_name,omitempty"`
+	// Prometheus, when set, supplies KubeVirt's and node_exporter's
+	// metrics and the rrddata history.
+	Prometheus *PrometheusConfig `json:"prometheus,omitempty"`
 
 	cluster *kube.Cluster
+	history *prom.History // nil without Prometheus
 	auth    *authenticator
 	perms   *permissions
 	mux     *http.ServeMux
@@ -159,11 +164,11 @@ func (h *APIHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.metrics = m
-	c, err := h.connect(ctx, h.logger)
+	b, err := h.connect(ctx, h.logger)
 	if err != nil {
 		return err
 	}
-	h.cluster = c
+	h.cluster, h.history = b.cluster, b.history
 	h.mux = h.routes()
 	return nil
 }
@@ -182,6 +187,11 @@ func (h *APIHandler) Validate() error {
 	}
 	if h.Simulate && h.Impersonate {
 		return errors.New("proxmox_api: impersonate needs a real cluster (simulated clusters have no RBAC to decide)")
+	}
+	if h.Prometheus != nil {
+		if err := h.Prometheus.validate(); err != nil {
+			return err
+		}
 	}
 	for _, t := range h.Tokens {
 		user, name, ok := strings.Cut(t.ID, "!")

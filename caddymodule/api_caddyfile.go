@@ -49,6 +49,11 @@ func parseAPICaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, err
 //			kube_user <name>
 //			kube_groups <group>...
 //		}
+//		prometheus <url> {
+//			bearer_token_file <path>
+//			header <name> <value>
+//			interval <duration>
+//		}
 //	}
 func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -170,6 +175,12 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				cd := caddy.Duration(dur)
 				h.AuthFailureDelay = &cd
 			}
+		case "prometheus":
+			p, err := unmarshalPrometheus(d)
+			if err != nil {
+				return err
+			}
+			h.Prometheus = p
 		default:
 			return d.Errf("unknown proxmox_api option '%s'", d.Val())
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
+	"github.com/caddy-proxmox/caddy-proxmox/prom"
 )
 
 // clusters shares one cluster connection (and its informers) between
@@ -31,11 +32,13 @@ type backendKey struct {
 	context       string
 	namespaces    string
 	taskNamespace string
+	prometheus    string
 }
 
 // backend is a started cluster; it is the UsagePool value.
 type backend struct {
 	cluster *kube.Cluster
+	history *prom.History // nil without Prometheus
 	stop    func()
 }
 
@@ -53,18 +56,38 @@ func (h *APIHandler) key() backendKey {
 		context:       h.Context,
 		namespaces:    strings.Join(h.Namespaces, ","),
 		taskNamespace: h.TaskNamespace,
+		prometheus:    h.Prometheus.key(),
 	}
 }
 
-// connect returns the shared cluster for this handler's settings.
-func (h *APIHandler) connect(ctx caddy.Context, logger *zap.Logger) (*kube.Cluster, error) {
+// connect returns the shared backend for this handler's settings.
+func (h *APIHandler) connect(ctx caddy.Context, logger *zap.Logger) (*backend, error) {
 	val, _, err := clusters.LoadOrNew(h.key(), func() (caddy.Destructor, error) {
-		return h.newBackend(logger)
+		b, err := h.newBackend(logger)
+		if err != nil {
+			return nil, err
+		}
+		h.startPrometheus(b, logger)
+		return b, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return val.(*backend).cluster, nil
+	return val.(*backend), nil
+}
+
+// startPrometheus runs the history cache next to the cluster; the current
+// values were wired into kube.Options by newBackend.
+func (h *APIHandler) startPrometheus(b *backend, logger *zap.Logger) {
+	if h.Prometheus == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.history = prom.NewHistory(h.Prometheus.client(), h.Prometheus.interval(), logger.Named("prometheus"))
+	go b.history.Run(ctx)
+	stop := b.stop
+	b.stop = func() { cancel(); stop() }
+	logger.Info("reading metrics and history from prometheus", zap.String("url", redactURL(h.Prometheus.URL)))
 }
 
 func (h *APIHandler) newBackend(logger *zap.Logger) (*backend, error) {
@@ -73,6 +96,10 @@ func (h *APIHandler) newBackend(logger *zap.Logger) (*backend, error) {
 		TaskNamespace: h.TaskNamespace,
 		SyncTimeout:   time.Duration(h.SyncTimeout),
 		Logger:        logger.Named("kube"),
+	}
+	if h.Prometheus != nil {
+		opts.KubeVirtMetrics = prom.NewSource(h.Prometheus.client())
+		opts.KubeVirtMetricsInterval = h.Prometheus.interval()
 	}
 	if h.Simulate {
 		return newSimulatedBackend(opts, h.SimulateVMs, logger)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,7 +68,8 @@ func (h *APIHandler) getNodeIndex(q *request) (any, *apiError) {
 }
 
 // getNodeStatus is the node's summary. CPU and memory use come from the
-// metrics poller (zero without one); load and swap are always zero.
+// metrics poller, load, uptime and rootfs from node_exporter through
+// Prometheus when configured (zero without a source); swap is always zero.
 func (h *APIHandler) getNodeStatus(q *request) (any, *apiError) {
 	n, e := h.node(q)
 	if e != nil {
@@ -92,7 +94,7 @@ func (h *APIHandler) getNodeStatus(q *request) (any, *apiError) {
 		"cpu":  row.CPU,
 		"wait": 0, "idle": 0,
 		"uptime":     row.Uptime,
-		"loadavg":    []string{"0.00", "0.00", "0.00"},
+		"loadavg":    loadavg(row),
 		"kversion":   fmt.Sprintf("Linux %s #1 SMP (%s)", kernel, osImage),
 		"pveversion": "pve-manager/" + pveVersion + "/" + pveRepoID,
 		"cpuinfo": map[string]any{
@@ -106,6 +108,17 @@ func (h *APIHandler) getNodeStatus(q *request) (any, *apiError) {
 		"boot-info":      map[string]any{"mode": "efi", "secureboot": 0},
 		"current-kernel": map[string]string{"sysname": "Linux", "release": kernel, "machine": arch, "version": "#1 SMP"},
 	}, nil
+}
+
+// loadavg is PVE's three strings.
+func loadavg(row nodeRow) []string {
+	out := []string{"0.00", "0.00", "0.00"}
+	if row.hasLoad {
+		for i, l := range row.load {
+			out[i] = strconv.FormatFloat(l, 'f', 2, 64)
+		}
+	}
+	return out
 }
 
 func (h *APIHandler) getNodeVersion(q *request) (any, *apiError) {

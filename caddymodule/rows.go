@@ -76,8 +76,6 @@ type resourceRow struct {
 	HAState   string  `json:"hastate,omitempty"`
 }
 
-var zero64 int64
-
 // guestFacts are the values every VM row is built from.
 type guestFacts struct {
 	state   translate.GuestState
@@ -90,6 +88,8 @@ type guestFacts struct {
 	tmpl    int
 	cpu     float64 // used cores / cpus, as PVE's 0..1 fraction
 	mem     int64   // bytes in use
+	// cumulative bytes since the instance started
+	netin, netout, diskread, diskwrite int64
 }
 
 // factsOf computes a VM row's values; c supplies usage metrics (nil: none).
@@ -120,9 +120,15 @@ func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
 		if g.VMI != nil {
 			f.pid = translate.PID(g.VMI)
 		}
-		if cores, mem, ok := usageOfGuest(c, g); ok {
-			f.cpu = fraction(cores, float64(f.cpus))
-			f.mem = mem
+		if u, ok := usageOfGuest(c, g); ok {
+			has := u.Fields()
+			if has&kube.HasCPU != 0 {
+				f.cpu = fraction(u.CPUCores, float64(f.cpus))
+			}
+			if has&kube.HasMem != 0 {
+				f.mem = u.MemBytes
+			}
+			f.netin, f.netout, f.diskread, f.diskwrite = u.NetIn, u.NetOut, u.DiskRead, u.DiskWrite
 		}
 	}
 	if g.Template() {
@@ -147,6 +153,7 @@ func vmStatus(g kube.Guest, f guestFacts) vmStatusRow {
 		VMID: g.VMID, Name: g.PVEName(), Status: f.state.Status, CPUs: f.cpus,
 		MaxMem: f.maxmem, MaxDisk: f.maxdisk, Uptime: f.uptime, PID: f.pid,
 		CPU: f.cpu, Mem: f.mem, Template: f.tmpl, Lock: f.state.Lock, Tags: f.cfg["tags"],
+		NetIn: f.netin, NetOut: f.netout, DiskRead: f.diskread, DiskWrite: f.diskwrite,
 	}
 }
 
@@ -171,7 +178,7 @@ func vmResource(g kube.Guest, f guestFacts) resourceRow {
 	return resourceRow{
 		ID: "qemu/" + strconv.Itoa(g.VMID), Type: "qemu", Node: g.Node, Status: f.state.Status,
 		Name: g.PVEName(), VMID: g.VMID, Uptime: f.uptime, CPU: f.cpu, MaxCPU: f.cpus, Mem: f.mem, MaxMem: f.maxmem,
-		MaxDisk: f.maxdisk, NetIn: &zero64, NetOut: &zero64, DiskRead: &zero64, DiskWrite: &zero64,
+		MaxDisk: f.maxdisk, NetIn: &f.netin, NetOut: &f.netout, DiskRead: &f.diskread, DiskWrite: &f.diskwrite,
 		Template: &tmpl, Pool: g.Namespace(), Lock: f.state.Lock, Tags: f.cfg["tags"],
 	}
 }
@@ -191,6 +198,10 @@ type nodeRow struct {
 	MaxDisk        int64   `json:"maxdisk"`
 	Level          string  `json:"level"`
 	SSLFingerprint string  `json:"ssl_fingerprint,omitempty"`
+
+	// Not in the row; /nodes/{n}/status shows them.
+	load    [3]float64
+	hasLoad bool
 }
 
 // nodeFacts computes a node row; c supplies usage metrics (nil: none).
@@ -210,9 +221,22 @@ func nodeFacts(c *kube.Cluster, n kube.Node, now time.Time) nodeRow {
 			}
 		}
 	}
-	if cores, mem, ok := usageOfNode(c, n); ok {
-		row.CPU = fraction(cores, float64(row.MaxCPU))
-		row.Mem = mem
+	if u, ok := usageOfNode(c, n); ok {
+		has := u.Fields()
+		if has&kube.HasCPU != 0 {
+			row.CPU = fraction(u.CPUCores, float64(row.MaxCPU))
+		}
+		if has&kube.HasMem != 0 {
+			row.Mem = u.MemBytes
+		}
+		// node_exporter's numbers are the host's, as PVE's are.
+		if has&kube.HasBootTime != 0 && u.BootTime > 0 && n.Ready {
+			row.Uptime = max(now.Unix()-u.BootTime, 0)
+		}
+		if has&kube.HasRootTotal != 0 && has&kube.HasRootUsed != 0 {
+			row.Disk, row.MaxDisk = u.RootUsed, u.RootTotal
+		}
+		row.load, row.hasLoad = u.Load, has&kube.HasLoad1 != 0
 	}
 	return row
 }
@@ -251,16 +275,16 @@ func provisioning(vm *kubevirtv1.VirtualMachine) bool {
 	return false
 }
 
-func usageOfGuest(c *kube.Cluster, g kube.Guest) (float64, int64, bool) {
-	if c == nil {
-		return 0, 0, false
+func usageOfGuest(c *kube.Cluster, g kube.Guest) (kube.Usage, bool) {
+	if c == nil || g.VMI == nil {
+		return kube.Usage{}, false
 	}
-	return c.GuestUsageOf(g)
+	return c.GuestMetrics(g.VMI.Namespace, g.VMI.Name)
 }
 
-func usageOfNode(c *kube.Cluster, n kube.Node) (float64, int64, bool) {
-	if c == nil {
-		return 0, 0, false
+func usageOfNode(c *kube.Cluster, n kube.Node) (kube.Usage, bool) {
+	if c == nil || n.Obj == nil {
+		return kube.Usage{}, false
 	}
-	return c.NodeUsageOf(n)
+	return c.NodeMetrics(n.Obj.Name)
 }

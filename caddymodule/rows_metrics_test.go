@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +83,75 @@ func TestFraction(t *testing.T) {
 	} {
 		if got := fraction(c.used, c.total); got != c.want {
 			t.Errorf("fraction(%v, %v) = %v, want %v", c.used, c.total, got, c.want)
+		}
+	}
+}
+
+// KubeVirt's metrics (Prometheus) fill the I/O counters of VM rows and
+// load, uptime and rootfs of nodes; without them those stay 0.
+func TestRowsCarryKubeVirtMetrics(t *testing.T) {
+	const kubeNode = "kv-node-1.lab.internal"
+	vmi := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "debian-12", Namespace: "default"},
+		Status:     kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Running, NodeName: kubeNode},
+	}
+	kc, kv := kubevirtsim.NewFakeClients(append(kubevirtsim.Seed(), vmi)...)
+	boot := time.Now().Add(-time.Hour).Unix()
+	src := kube.MetricsSourceFunc(func(context.Context, []string) (kube.MetricsSample, error) {
+		return kube.MetricsSample{
+			Nodes: map[string]kube.Usage{kubeNode: {Load: [3]float64{1.5, 0.25, 0.125}, BootTime: boot, RootUsed: 10, RootTotal: 40,
+				Has: kube.HasLoad1 | kube.HasLoad5 | kube.HasLoad15 | kube.HasBootTime | kube.HasRootUsed | kube.HasRootTotal}},
+			Guests: map[kube.GuestKey]kube.Usage{{Namespace: "default", Name: "debian-12"}: {CPUCores: 0.5, NetIn: 1, NetOut: 2, DiskRead: 3, DiskWrite: 4,
+				Has: kube.HasCPU | kube.HasNetIn | kube.HasNetOut | kube.HasDiskRead | kube.HasDiskWrite}},
+		}, nil
+	})
+	c := kube.New(kc, kv, nil, kube.Options{KubeVirtMetrics: src, KubeVirtMetricsInterval: 10 * time.Millisecond, AssumeKubeVirtAPIs: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	for {
+		if _, ok := c.NodeMetrics(kubeNode); ok {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no reading")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	now := time.Now()
+	for _, g := range c.Guests() {
+		f := factsOf(c, g, now)
+		st, res := vmStatus(g, f), vmResource(g, f)
+		if g.Name() != "debian-12" {
+			if st.NetIn != 0 || *res.DiskWrite != 0 {
+				t.Errorf("%s: counters without a reading", g.Name())
+			}
+			continue
+		}
+		if st.NetIn != 1 || st.NetOut != 2 || st.DiskRead != 3 || st.DiskWrite != 4 ||
+			*res.NetIn != 1 || *res.NetOut != 2 || *res.DiskRead != 3 || *res.DiskWrite != 4 {
+			t.Errorf("counters: status %+v resource %v %v %v %v", st, *res.NetIn, *res.NetOut, *res.DiskRead, *res.DiskWrite)
+		}
+		if st.CPU != 0.5/float64(f.cpus) || st.Mem != 0 {
+			t.Errorf("cpu %v mem %v: cpu from the reading, mem has none", st.CPU, st.Mem)
+		}
+	}
+	for _, n := range c.Nodes() {
+		row := nodeFacts(c, n, now)
+		if n.KubeName != kubeNode {
+			if got := loadavg(row); got[0] != "0.00" {
+				t.Errorf("node %s: load %v without a reading", n.Name, got)
+			}
+			continue
+		}
+		if got := loadavg(row); strings.Join(got, " ") != "1.50 0.25 0.12" {
+			t.Errorf("loadavg %v", got)
+		}
+		if row.Uptime < 3590 || row.Uptime > 3700 || row.Disk != 10 || row.MaxDisk != 40 {
+			t.Errorf("node row %+v", row)
 		}
 	}
 }

@@ -34,8 +34,12 @@ var (
 	// base is the API with virt-api present; fallbackBase the same cluster
 	// reached through a proxy without virt-api.
 	base, fallbackBase string
-	caddyDir           string
-	directConfig       *rest.Config
+	// metricsBase reaches the cluster through a proxy serving
+	// metrics.k8s.io, with a Prometheus stub; hangingPromBase has the
+	// metrics API too but a Prometheus that never answers (metrics_test.go).
+	metricsBase, hangingPromBase string
+	caddyDir                     string
+	directConfig                 *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -63,6 +67,12 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "fallback proxy:", err)
 			return 1
 		}
+		metricsSites, err := startMetricsSites(e)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "metrics sites:", err)
+			return 1
+		}
+		defer metricsSites.close()
 		caddyDir, _ = os.MkdirTemp("", "caddy-proxmox-it-")
 		defer os.RemoveAll(caddyDir)
 		port, _ := testcaddy.Port()
@@ -87,7 +97,7 @@ https://localhost:%d {
 		auth_failure_delay 0s
 	}
 }
-`, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret)
+`, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret) + metricsSites.caddyfile
 		if err := loadCaddy(cfg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

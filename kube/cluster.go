@@ -48,6 +48,11 @@ type Options struct {
 	// cluster reads metrics.k8s.io and a simulated one polls nothing.
 	MetricsInterval time.Duration
 	Metrics         MetricsSource
+	// KubeVirtMetrics, when set, is polled every KubeVirtMetricsInterval
+	// (default 15 s) next to Metrics; the fields its readings carry (see
+	// Usage.Has) take precedence over those of Metrics.
+	KubeVirtMetrics         MetricsSource
+	KubeVirtMetricsInterval time.Duration
 }
 
 // Cluster is a cached, read-mostly view of a KubeVirt cluster.
@@ -73,6 +78,8 @@ type Cluster struct {
 
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
+	// kvMetrics polls Options.KubeVirtMetrics.
+	kvMetrics atomic.Pointer[metricsPoller]
 
 	power     *power
 	idClients identityClients

@@ -19,6 +19,85 @@ const DefaultMetricsInterval = 15 * time.Second
 type Usage struct {
 	CPUCores float64
 	MemBytes int64
+	// NetIn, NetOut, DiskRead and DiskWrite are a guest's cumulative byte
+	// counters (PVE's netin, netout, diskread, diskwrite).
+	NetIn, NetOut, DiskRead, DiskWrite int64
+	// Load is a node's 1, 5 and 15 minute load average.
+	Load [3]float64
+	// BootTime is when a node booted (unix seconds).
+	BootTime int64
+	// RootUsed and RootTotal are a node's root filesystem bytes.
+	RootUsed, RootTotal int64
+	// Has lists the fields this reading carries. Zero means CPUCores and
+	// MemBytes only, which is what metrics.k8s.io gives.
+	Has UsageFields
+}
+
+// UsageFields is a set of Usage fields.
+type UsageFields uint32
+
+// The fields of Usage, for Usage.Has.
+const (
+	HasCPU UsageFields = 1 << iota
+	HasMem
+	HasNetIn
+	HasNetOut
+	HasDiskRead
+	HasDiskWrite
+	HasLoad1
+	HasLoad5
+	HasLoad15
+	HasBootTime
+	HasRootUsed
+	HasRootTotal
+)
+
+// Fields is u.Has, with the zero value read as CPU and memory.
+func (u Usage) Fields() UsageFields {
+	if u.Has == 0 {
+		return HasCPU | HasMem
+	}
+	return u.Has
+}
+
+// Overlay returns u with every field that o carries taken from o.
+func (u Usage) Overlay(o Usage) Usage {
+	has, oh := u.Fields(), o.Fields()
+	pick := func(f UsageFields) bool { return oh&f != 0 }
+	if pick(HasCPU) {
+		u.CPUCores = o.CPUCores
+	}
+	if pick(HasMem) {
+		u.MemBytes = o.MemBytes
+	}
+	if pick(HasNetIn) {
+		u.NetIn = o.NetIn
+	}
+	if pick(HasNetOut) {
+		u.NetOut = o.NetOut
+	}
+	if pick(HasDiskRead) {
+		u.DiskRead = o.DiskRead
+	}
+	if pick(HasDiskWrite) {
+		u.DiskWrite = o.DiskWrite
+	}
+	for i, f := range [3]UsageFields{HasLoad1, HasLoad5, HasLoad15} {
+		if pick(f) {
+			u.Load[i] = o.Load[i]
+		}
+	}
+	if pick(HasBootTime) {
+		u.BootTime = o.BootTime
+	}
+	if pick(HasRootUsed) {
+		u.RootUsed = o.RootUsed
+	}
+	if pick(HasRootTotal) {
+		u.RootTotal = o.RootTotal
+	}
+	u.Has = has | oh
+	return u
 }
 
 // GuestKey names a VirtualMachineInstance.
@@ -57,37 +136,46 @@ type metricsSnapshot struct {
 	at     time.Time
 }
 
-// metricsPoller keeps the latest snapshot of one cluster.
+// metricsPoller keeps the latest snapshot of one source.
 type metricsPoller struct {
 	c        *Cluster
+	name     string
 	src      MetricsSource
 	interval time.Duration
+	slot     *atomic.Pointer[metricsPoller]
 	snap     atomic.Pointer[metricsSnapshot]
 	failing  map[string]bool // only the poll goroutine touches it
 }
 
-// startMetrics starts the usage poller in the background. The source is
-// Options.Metrics when set, else the metrics.k8s.io API of a real cluster;
-// a simulated cluster without Options.Metrics polls nothing.
+// startMetrics starts the usage pollers in the background. The base source
+// is Options.Metrics when set, else the metrics.k8s.io API of a real
+// cluster; a simulated cluster without Options.Metrics polls nothing.
+// Options.KubeVirtMetrics, when set, runs on its own interval and its
+// readings win field by field when rows read them (GuestMetrics).
 func (c *Cluster) startMetrics(ctx context.Context) {
 	src := c.opts.Metrics
 	if src == nil && c.RESTConfig != nil {
 		src = &apiMetricsSource{c: c}
 	}
-	if src == nil {
-		return
+	if src != nil {
+		c.startPoller(ctx, "metrics", src, c.opts.MetricsInterval, &c.metrics)
 	}
-	interval := c.opts.MetricsInterval
+	if c.opts.KubeVirtMetrics != nil {
+		c.startPoller(ctx, "kubevirt metrics", c.opts.KubeVirtMetrics, c.opts.KubeVirtMetricsInterval, &c.kvMetrics)
+	}
+}
+
+func (c *Cluster) startPoller(ctx context.Context, name string, src MetricsSource, interval time.Duration, slot *atomic.Pointer[metricsPoller]) {
 	if interval <= 0 {
 		interval = DefaultMetricsInterval
 	}
-	p := &metricsPoller{c: c, src: src, interval: interval, failing: map[string]bool{}}
-	c.metrics.Store(p)
+	p := &metricsPoller{c: c, name: name, src: src, interval: interval, slot: slot, failing: map[string]bool{}}
+	slot.Store(p)
 	go p.run(ctx)
 }
 
 func (p *metricsPoller) run(ctx context.Context) {
-	defer p.c.metrics.Store(nil)
+	defer p.slot.Store(nil)
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
 	for {
@@ -110,7 +198,7 @@ func (p *metricsPoller) poll(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	s, err := p.src.Sample(ctx, p.c.opts.Namespaces)
-	p.report("metrics", err)
+	p.report(p.name, err)
 	if err != nil && s.Nodes == nil && s.Guests == nil {
 		return
 	}
@@ -138,32 +226,54 @@ func (p *metricsPoller) report(what string, err error) {
 	}
 }
 
-func (c *Cluster) snapshot() *metricsSnapshot {
-	p := c.metrics.Load()
+func snapshotOf(slot *atomic.Pointer[metricsPoller]) *metricsSnapshot {
+	p := slot.Load()
 	if p == nil {
 		return nil
 	}
 	return p.snap.Load()
 }
 
-// NodeUsage is the last known usage of a Kubernetes node.
-func (c *Cluster) NodeUsage(kubeNode string) (cpuCores float64, memBytes int64, ok bool) {
-	s := c.snapshot()
-	if s == nil {
-		return 0, 0, false
+// lookup merges the base reading with the KubeVirt metrics reading.
+func lookup[K comparable](c *Cluster, k K, part func(*metricsSnapshot) map[K]Usage) (Usage, bool) {
+	var u Usage
+	found := false
+	if s := snapshotOf(&c.metrics); s != nil {
+		u, found = part(s)[k]
 	}
-	u, ok := s.nodes[kubeNode]
-	return u.CPUCores, u.MemBytes, ok
+	if s := snapshotOf(&c.kvMetrics); s != nil {
+		if o, ok := part(s)[k]; ok {
+			if !found {
+				u = Usage{Has: o.Fields()}
+			}
+			u, found = u.Overlay(o), true
+		}
+	}
+	return u, found
 }
 
-// GuestUsage is the last known usage of a VMI (its virt-launcher pod).
+// NodeMetrics is the last known usage of a Kubernetes node, all sources
+// merged; Has says which fields have a reading.
+func (c *Cluster) NodeMetrics(kubeNode string) (Usage, bool) {
+	return lookup(c, kubeNode, func(s *metricsSnapshot) map[string]Usage { return s.nodes })
+}
+
+// GuestMetrics is the last known usage of a VMI, all sources merged; Has
+// says which fields have a reading.
+func (c *Cluster) GuestMetrics(ns, vmiName string) (Usage, bool) {
+	return lookup(c, GuestKey{ns, vmiName}, func(s *metricsSnapshot) map[GuestKey]Usage { return s.guests })
+}
+
+// NodeUsage is the last known CPU and memory use of a Kubernetes node.
+func (c *Cluster) NodeUsage(kubeNode string) (cpuCores float64, memBytes int64, ok bool) {
+	u, ok := c.NodeMetrics(kubeNode)
+	return u.CPUCores, u.MemBytes, ok && u.Fields()&(HasCPU|HasMem) != 0
+}
+
+// GuestUsage is the last known CPU and memory use of a VMI.
 func (c *Cluster) GuestUsage(ns, vmiName string) (cpuCores float64, memBytes int64, ok bool) {
-	s := c.snapshot()
-	if s == nil {
-		return 0, 0, false
-	}
-	u, ok := s.guests[GuestKey{ns, vmiName}]
-	return u.CPUCores, u.MemBytes, ok
+	u, ok := c.GuestMetrics(ns, vmiName)
+	return u.CPUCores, u.MemBytes, ok && u.Fields()&(HasCPU|HasMem) != 0
 }
 
 // GuestUsageOf is the last known usage of g's instance; ok is false when

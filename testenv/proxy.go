@@ -50,6 +50,8 @@ type Proxy struct {
 	srv *httptest.Server
 	rp  *httputil.ReverseProxy
 	sub atomic.Pointer[subroute]
+	// metricsAPI serves metrics.k8s.io (metrics-server's aggregated API).
+	metricsAPI atomic.Pointer[http.Handler]
 
 	mu          sync.Mutex
 	kubeconfigs map[string]string
@@ -126,12 +128,36 @@ func (p *Proxy) SetSubresources(h http.Handler, isSubresourcePath func(string) b
 	p.sub.Store(&subroute{h: h, match: isSubresourcePath})
 }
 
+// MetricsGroup is the aggregated API group of metrics-server.
+const MetricsGroup = "metrics.k8s.io"
+
+// SetMetricsAPI installs (nil removes) a handler for /apis/metrics.k8s.io
+// and everything below it, playing metrics-server behind the aggregator;
+// GET /apis then lists metrics.k8s.io/v1beta1. The handler sees absolute
+// paths and does its own authorization (none, like a permissive cluster).
+func (p *Proxy) SetMetricsAPI(h http.Handler) {
+	if h == nil {
+		p.metricsAPI.Store(nil)
+		return
+	}
+	p.metricsAPI.Store(&h)
+}
+
+func isMetricsPath(p string) bool {
+	const prefix = "/apis/" + MetricsGroup
+	return p == prefix || strings.HasPrefix(p, prefix+"/")
+}
+
 // HasSubresources reports whether a subresource handler is installed.
 func (p *Proxy) HasSubresources() bool { return p.sub.Load() != nil }
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s := p.sub.Load(); s != nil && s.match(r.URL.Path) {
 		s.h.ServeHTTP(w, r)
+		return
+	}
+	if m := p.metricsAPI.Load(); m != nil && isMetricsPath(r.URL.Path) {
+		(*m).ServeHTTP(w, r)
 		return
 	}
 	p.rp.ServeHTTP(w, r)
@@ -196,18 +222,19 @@ func writeKubeconfig(path, server string, ca []byte, user, token string) error {
 	return os.Chmod(path, 0o600)
 }
 
-// --- discovery: advertise subresources.kubevirt.io/v1 in GET /apis -------
+// --- discovery: advertise the stand-ins' groups in GET /apis --------------
 //
 // A real cluster with virt-api lists the aggregated group in /apis. When a
 // subresource handler is installed, the proxy adds it to kube-apiserver's
-// answer, in both the legacy (APIGroupList) and the aggregated
+// answer (and likewise metrics.k8s.io/v1beta1 with a metrics handler), in
+// both the legacy (APIGroupList) and the aggregated
 // (apidiscovery.k8s.io/v2 APIGroupDiscoveryList) JSON forms. The group's
 // resource list itself (GET /apis/subresources.kubevirt.io/v1) is the
 // handler's business; the aggregated form lists the version with no
 // resources (subresources are not top-level resources anyway).
 
 func (p *Proxy) augmentDiscovery(r *http.Request) bool {
-	return r.Method == http.MethodGet && r.URL.Path == "/apis" && p.sub.Load() != nil
+	return r.Method == http.MethodGet && r.URL.Path == "/apis" && (p.sub.Load() != nil || p.metricsAPI.Load() != nil)
 }
 
 // prepareDiscoveryRequest asks for uncompressed JSON and no 304, so that the
@@ -238,9 +265,17 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if err != nil {
 		return err
 	}
-	if nb, ok := addSubresourceGroup(body); ok {
-		body = nb
-		resp.Header.Del("ETag")
+	if p.sub.Load() != nil {
+		if nb, ok := addGroup(body, SubresourceGroup, "v1"); ok {
+			body = nb
+			resp.Header.Del("ETag")
+		}
+	}
+	if p.metricsAPI.Load() != nil {
+		if nb, ok := addGroup(body, MetricsGroup, "v1beta1"); ok {
+			body = nb
+			resp.Header.Del("ETag")
+		}
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
@@ -248,35 +283,35 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	return nil
 }
 
-func addSubresourceGroup(body []byte) ([]byte, bool) {
+func addGroup(body []byte, group, version string) ([]byte, bool) {
 	var doc map[string]any
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return nil, false
 	}
-	gv := map[string]any{"groupVersion": SubresourceGroup + "/v1", "version": "v1"}
+	gv := map[string]any{"groupVersion": group + "/" + version, "version": version}
 	switch doc["kind"] {
 	case "APIGroupList":
 		groups, _ := doc["groups"].([]any)
 		for _, g := range groups {
-			if m, _ := g.(map[string]any); m["name"] == SubresourceGroup {
+			if m, _ := g.(map[string]any); m["name"] == group {
 				return nil, false
 			}
 		}
 		doc["groups"] = append(groups, map[string]any{
-			"name": SubresourceGroup, "versions": []any{gv}, "preferredVersion": gv,
+			"name": group, "versions": []any{gv}, "preferredVersion": gv,
 		})
 	case "APIGroupDiscoveryList":
 		items, _ := doc["items"].([]any)
 		for _, it := range items {
 			if m, _ := it.(map[string]any); m != nil {
-				if md, _ := m["metadata"].(map[string]any); md["name"] == SubresourceGroup {
+				if md, _ := m["metadata"].(map[string]any); md["name"] == group {
 					return nil, false
 				}
 			}
 		}
 		doc["items"] = append(items, map[string]any{
-			"metadata": map[string]any{"name": SubresourceGroup, "creationTimestamp": nil},
-			"versions": []any{map[string]any{"version": "v1", "resources": []any{}, "freshness": "Current"}},
+			"metadata": map[string]any{"name": group, "creationTimestamp": nil},
+			"versions": []any{map[string]any{"version": version, "resources": []any{}, "freshness": "Current"}},
 		})
 	default:
 		return nil, false
