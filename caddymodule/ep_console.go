@@ -140,7 +140,13 @@ func (h *APIHandler) consoleProxy(q *request, kind string, genpw bool) (any, *ap
 		return nil, newError(http.StatusInternalServerError, "allocating a console port: %v", err)
 	}
 	user := q.id.ID()
-	ticket := translate.SignConsoleTicket(h.consoleKey(kind), user, fmt.Sprintf("/vms/%d", g.VMID), port, time.Now())
+	// A random id keeps two tickets for the same caller, VM and port in
+	// the same second apart: each is used once and names its own task.
+	id, err := randomAlnum(16)
+	if err != nil {
+		return nil, newError(http.StatusInternalServerError, "generating a ticket id: %v", err)
+	}
+	ticket := translate.SignConsoleTicketID(h.consoleKey(kind), id, user, fmt.Sprintf("/vms/%d", g.VMID), port, time.Now())
 	what := "VNC"
 	if kind == kube.ConsoleSerial {
 		what = "serial console"
@@ -158,7 +164,7 @@ func (h *APIHandler) consoleProxy(q *request, kind string, genpw bool) (any, *ap
 		// handler, and websocket clients do not use it.
 		res["cert"] = ""
 		if genpw {
-			pw, err := randomPassword()
+			pw, err := randomAlnum(8)
 			if err != nil {
 				return nil, newError(http.StatusInternalServerError, "generating a password: %v", err)
 			}
@@ -169,10 +175,11 @@ func (h *APIHandler) consoleProxy(q *request, kind string, genpw bool) (any, *ap
 	return res, nil
 }
 
-// randomPassword is an 8-character VNC password like PVE's.
-func randomPassword() (string, error) {
+// randomAlnum returns n random letters and digits: an 8-character VNC
+// password like PVE's, or a ticket id.
+func randomAlnum(n int) (string, error) {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 8)
+	b := make([]byte, n)
 	for i := range b {
 		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
 		if err != nil {
@@ -325,6 +332,12 @@ func consoleError(g kube.Guest, err error) *apiError {
 	var ae *kvcorev1.AsyncSubresourceError
 	if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusForbidden {
 		return newError(http.StatusForbidden, "Permission check failed (%v)", err)
+	}
+	if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusNotFound {
+		// KubeVirt's client words every 404 as "Virtual Machine not found",
+		// but the instance was there a moment ago: more likely virt-api
+		// (subresources.kubevirt.io) is missing.
+		return newError(http.StatusBadGateway, "connecting to the console of VM %d failed: KubeVirt's virt-api answered 404 (is subresources.kubevirt.io served?)", g.VMID)
 	}
 	return newError(http.StatusInternalServerError, "connecting to the console of VM %d failed: %v", g.VMID, err)
 }

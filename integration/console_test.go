@@ -307,13 +307,15 @@ func TestConsoleThroughBinary(t *testing.T) {
 		forged := fmt.Sprintf("PVEVNC:%08X::%s", time.Now().Unix(), strings.Repeat("Zm9yZ2Vk", 43))
 		_, resp, err = wsDial(b, node, id, res.Port, forged)
 		wantTicketRefused(t, "forged", resp, err)
-		// Re-dated: a valid signature with another timestamp.
-		parts := strings.SplitN(res.Ticket, ":", 3)
-		redated := parts[0] + ":" + fmt.Sprintf("%08X", time.Now().Unix()-1) + ":" + parts[2]
-		if redated != res.Ticket {
-			_, resp, err = wsDial(a, node, id, res.Port, redated)
-			wantTicketRefused(t, "re-dated", resp, err)
+		// Re-dated: a valid signature with the timestamp a second earlier.
+		i := strings.Index(res.Ticket, "::")
+		ts, err := strconv.ParseInt(res.Ticket[i-8:i], 16, 64)
+		if err != nil {
+			t.Fatalf("ticket %q: %v", res.Ticket, err)
 		}
+		redated := res.Ticket[:i-8] + fmt.Sprintf("%08X", ts-1) + res.Ticket[i:]
+		_, resp, err = wsDial(a, node, id, res.Port, redated)
+		wantTicketRefused(t, "re-dated", resp, err)
 		// Wrong port.
 		other := "5900"
 		if res.Port == other {
@@ -337,6 +339,22 @@ func TestConsoleThroughBinary(t *testing.T) {
 			if ans.Code != 500 || ans.Status != "500 VM "+sid+" not running" || ans.Message != "VM "+sid+" not running\n" {
 				t.Fatalf("%s on a stopped VM: %s %s", ep, ans.Status, ans.Raw)
 			}
+		}
+	})
+
+	t.Run("without virt-api", func(t *testing.T) {
+		// The same cluster through a front proxy without virt-api (the
+		// in-process instance of TestMain): the ticket is issued, the
+		// connection fails with a message saying why, and the task says so.
+		f := fallbackPVE(t)
+		var res consoleTicket
+		f.OK("POST", "/nodes/"+node+"/qemu/"+id+"/vncproxy", form("websocket", "1"), &res)
+		_, resp, err := wsDial(f, node, id, res.Port, res.Ticket)
+		if err == nil || resp == nil || resp.StatusCode != 502 || !strings.Contains(resp.Status, "virt-api answered 404") {
+			t.Fatalf("console without virt-api: %v %v", err, resp)
+		}
+		if exit := f.WaitTask(res.UPID); !strings.Contains(exit, "virt-api answered 404") {
+			t.Fatalf("task: %s", exit)
 		}
 	})
 

@@ -18,6 +18,7 @@ func TestConsoleClaims(t *testing.T) {
 	b := NewConsoleClaims(kube, "tasks", nil) // another replica
 	for _, cc := range []*ConsoleClaims{a, b} {
 		cc.now = func() time.Time { return now }
+		cc.lastGC = now.Add(24 * time.Hour) // no background sweeps: this test sweeps itself
 	}
 	const ticket = "PVEVNC:6632A1B0::c2lnbmF0dXJl"
 	if first, err := a.Claim(ctx, ticket, now.Add(2*time.Minute)); err != nil || !first {
