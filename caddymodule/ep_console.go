@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/wsstream"
@@ -32,7 +32,9 @@ import (
 // upgrades the connection and bridges it to the KubeVirt vnc or console
 // subresource. The console kind is not in the ticket text: each kind signs
 // with its own key, so a termproxy ticket never opens a VNC display.
-// Tickets are single-use per process (see consoleTickets).
+// Tickets are single-use across replicas (kube.ConsoleClaims), and the
+// task returned with the ticket lives as long as the session, as PVE's
+// worker does (kube.GoalSession).
 
 const (
 	// consoleTaskType is PVE's worker type for both vncproxy and termproxy.
@@ -55,31 +57,10 @@ func (h *APIHandler) consoleKey(kind string) []byte {
 	return subkey(h.auth.ticketKey, "pve-console-"+kind)
 }
 
-// ticketLedger remembers consumed console tickets until they would have
-// expired anyway. It is per process: with several replicas behind a load
-// balancer a ticket can be consumed once on each replica unless the
-// replicas share a store (not implemented).
-type ticketLedger struct {
-	mu   sync.Mutex
-	used map[string]time.Time // ticket -> when it can be forgotten
-}
-
-var consoleTickets = &ticketLedger{used: map[string]time.Time{}}
-
-// consume marks ticket used and tells whether it was unused.
-func (l *ticketLedger) consume(ticket string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for t, until := range l.used {
-		if now.After(until) {
-			delete(l.used, t)
-		}
-	}
-	if _, ok := l.used[ticket]; ok {
-		return false
-	}
-	l.used[ticket] = now.Add(translate.ConsoleTicketLifetime + translate.ConsoleTicketSkew + time.Minute)
-	return true
+// claimExpiry is how long a used ticket's claim is kept: past the
+// ticket's validity, with room for clocks that differ between replicas.
+func claimExpiry(issued time.Time) time.Time {
+	return issued.Add(translate.ConsoleTicketLifetime + translate.ConsoleTicketSkew + time.Minute)
 }
 
 // stripConsolePassword drops the "<8 chars>:" VNC password prefix.
@@ -143,9 +124,9 @@ func randomConsolePort() (int, error) {
 }
 
 // consoleProxy answers vncproxy and termproxy. The port is only an
-// identifier bound into the ticket (nothing listens on it). The task is
-// recorded as ended at once (GoalNone): the session itself is not tracked
-// as a task.
+// identifier bound into the ticket (nothing listens on it). The task runs
+// until the session ends, or ends after kube.SessionConnectTimeout if no
+// client connects (kube.GoalSession).
 func (h *APIHandler) consoleProxy(q *request, kind string, genpw bool) (any, *apiError) {
 	g, e := h.guest(q)
 	if e != nil {
@@ -159,13 +140,20 @@ func (h *APIHandler) consoleProxy(q *request, kind string, genpw bool) (any, *ap
 		return nil, newError(http.StatusInternalServerError, "allocating a console port: %v", err)
 	}
 	user := q.id.ID()
-	ticket := translate.SignConsoleTicket(h.consoleKey(kind), user, fmt.Sprintf("/vms/%d", g.VMID), port, time.Now())
+	// A random id keeps two tickets for the same caller, VM and port in
+	// the same second apart: each is used once and names its own task.
+	id, err := randomAlnum(16)
+	if err != nil {
+		return nil, newError(http.StatusInternalServerError, "generating a ticket id: %v", err)
+	}
+	ticket := translate.SignConsoleTicketID(h.consoleKey(kind), id, user, fmt.Sprintf("/vms/%d", g.VMID), port, time.Now())
 	what := "VNC"
 	if kind == kube.ConsoleSerial {
 		what = "serial console"
 	}
-	spec := h.taskSpec(q, g, consoleTaskType, kube.GoalNone, 0,
-		fmt.Sprintf("%s ticket for VM %d (%s/%s) on port %d; the session runs through vncwebsocket", what, g.VMID, g.Namespace(), g.Name(), port))
+	spec := h.taskSpec(q, g, consoleTaskType, kube.GoalSession, kube.SessionConnectTimeout,
+		fmt.Sprintf("%s session for VM %d (%s/%s) on port %d, through vncwebsocket", what, g.VMID, g.Namespace(), g.Name(), port))
+	spec.Object = kube.TicketKey(ticket)
 	upid, e := h.beginSpec(q, spec)
 	if e != nil {
 		return nil, e
@@ -176,7 +164,7 @@ func (h *APIHandler) consoleProxy(q *request, kind string, genpw bool) (any, *ap
 		// handler, and websocket clients do not use it.
 		res["cert"] = ""
 		if genpw {
-			pw, err := randomPassword()
+			pw, err := randomAlnum(8)
 			if err != nil {
 				return nil, newError(http.StatusInternalServerError, "generating a password: %v", err)
 			}
@@ -187,10 +175,11 @@ func (h *APIHandler) consoleProxy(q *request, kind string, genpw bool) (any, *ap
 	return res, nil
 }
 
-// randomPassword is an 8-character VNC password like PVE's.
-func randomPassword() (string, error) {
+// randomAlnum returns n random letters and digits: an 8-character VNC
+// password like PVE's, or a ticket id.
+func randomAlnum(n int) (string, error) {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 8)
+	b := make([]byte, n)
 	for i := range b {
 		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
 		if err != nil {
@@ -233,10 +222,11 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 	now := time.Now()
 	kind := ""
 	var verr error
+	var issued time.Time
 	for _, k := range []string{kube.ConsoleVNC, kube.ConsoleSerial} {
-		_, err := translate.VerifyConsoleTicket(h.consoleKey(k), vncticket, user, path, int(port), now)
+		at, err := translate.VerifyConsoleTicket(h.consoleKey(k), vncticket, user, path, int(port), now)
 		if err == nil {
-			kind = k
+			kind, issued = k, at
 			break
 		}
 		// Keep the most telling reason: a signature mismatch under the
@@ -249,19 +239,33 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 		h.logger.Info("console ticket refused", zap.String("user", user), zap.String("path", path), zap.Int64("port", port), zap.Error(verr))
 		return nil, errInvalidVNCTicket()
 	}
-	if !consoleTickets.consume(stripConsolePassword(vncticket), now) {
-		h.logger.Info("console ticket refused", zap.String("user", user), zap.String("path", path), zap.Int64("port", port), zap.String("reason", "already used"))
-		return nil, errInvalidVNCTicket()
-	}
-	if e := consoleRefusal(g, kind); e != nil {
-		return nil, e
-	}
+	// A plain GET must not use the ticket up.
 	if !websocket.IsWebSocketUpgrade(q.r) {
 		return nil, newError(http.StatusBadRequest, "websocket upgrade required")
 	}
+	bare := stripConsolePassword(vncticket)
+	first, err := q.c.ConsoleClaims.Claim(q.ctx(), bare, claimExpiry(issued))
+	if err != nil {
+		h.logger.Warn("console ticket not checked", zap.String("user", user), zap.String("path", path), zap.Error(err))
+		return nil, newError(http.StatusInternalServerError, "unable to check the console ticket: %v", err)
+	}
+	if !first {
+		h.logger.Info("console ticket refused", zap.String("user", user), zap.String("path", path), zap.Int64("port", port), zap.String("reason", "already used"))
+		return nil, errInvalidVNCTicket()
+	}
+	session, e := h.attachSession(q, g, bare)
+	if e != nil {
+		return nil, e
+	}
+	if e := consoleRefusal(g, kind); e != nil {
+		session.end(e.Message)
+		return nil, e
+	}
 	stream, err := q.c.OpenConsole(q.ctx(), g, kind)
 	if err != nil {
-		return nil, consoleError(g, err)
+		e := consoleError(g, err)
+		session.end(e.Message)
+		return nil, e
 	}
 	up := websocket.Upgrader{
 		// The ticket, obtained with a CSRF-protected POST, authorizes the
@@ -275,6 +279,7 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 	conn, err := up.Upgrade(q.w, q.r, hdr)
 	if err != nil {
 		releaseStream(stream)
+		session.end("websocket upgrade failed: " + err.Error())
 		return nil, errWritten // the upgrader answered
 	}
 	h.logger.Info("console session started", zap.String("user", user), zap.String("vm", g.Namespace()+"/"+g.Name()), zap.String("kind", kind))
@@ -285,6 +290,12 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 		err = termSession(browser, stream, user, vncticket)
 	}
 	_ = conn.Close()
+	// A session ends when either side hangs up; that is its normal end.
+	exit := translate.ExitOK
+	if errors.Is(err, errTermLogin) {
+		exit = err.Error()
+	}
+	session.end(exit)
 	h.logger.Info("console session ended", zap.String("user", user), zap.String("vm", g.Namespace()+"/"+g.Name()), zap.String("kind", kind), zap.Error(err))
 	return nil, errWritten
 }
@@ -322,8 +333,17 @@ func consoleError(g kube.Guest, err error) *apiError {
 	if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusForbidden {
 		return newError(http.StatusForbidden, "Permission check failed (%v)", err)
 	}
+	if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusNotFound {
+		// KubeVirt's client words every 404 as "Virtual Machine not found",
+		// but the instance was there a moment ago: more likely virt-api
+		// (subresources.kubevirt.io) is missing.
+		return newError(http.StatusBadGateway, "connecting to the console of VM %d failed: KubeVirt's virt-api answered 404 (is subresources.kubevirt.io served?)", g.VMID)
+	}
 	return newError(http.StatusInternalServerError, "connecting to the console of VM %d failed: %v", g.VMID, err)
 }
+
+// errTermLogin ends a termproxy session whose login line is wrong.
+var errTermLogin = errors.New("termproxy: authentication failed (the login line does not match the websocket's user and ticket)")
 
 // termSession speaks termproxy's protocol to xterm.js: the first line is
 // "<user>:<ticket>\n", answered "OK"; then input arrives as "0:<len>:<data>",
@@ -339,7 +359,7 @@ func termSession(browser *wsstream.Conn, stream kvcorev1.StreamInterface, user, 
 	u, t, _ := strings.Cut(line, ":")
 	if subtle.ConstantTimeCompare([]byte(u), []byte(user)) != 1 || subtle.ConstantTimeCompare([]byte(t), []byte(ticket)) != 1 {
 		releaseStream(stream)
-		return errors.New("termproxy login does not match the websocket's user and ticket")
+		return errTermLogin
 	}
 	if _, err := browser.Write([]byte("OK")); err != nil {
 		releaseStream(stream)
@@ -442,5 +462,40 @@ func (t *termInput) number(max int) (int, error) {
 		if n > max {
 			return 0, fmt.Errorf("termproxy: %d exceeds %d", n, max)
 		}
+	}
+}
+
+// consoleSession is the task of an open console session (nil: the ticket
+// has no task, e.g. one minted by an older version during an upgrade).
+type consoleSession struct {
+	s *kube.Session
+}
+
+// end ends the session's task with exit; it is safe on nil.
+func (c *consoleSession) end(exit string) {
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.s.End(ctx, exit)
+}
+
+// attachSession marks the vncproxy/termproxy task of the ticket as
+// connected, so that it runs for as long as the session. Like PVE's
+// worker, which stops listening after 10 s, a task that ended because the
+// client came too late refuses the connection.
+func (h *APIHandler) attachSession(q *request, g kube.Guest, ticket string) (*consoleSession, *apiError) {
+	s, err := q.c.Tasks.AttachSession(q.ctx(), kube.TicketKey(ticket))
+	switch {
+	case err == nil:
+		return &consoleSession{s: s}, nil
+	case errors.Is(err, kube.ErrNoSuchTask):
+		h.logger.Info("console session without a task", zap.String("vm", g.Namespace()+"/"+g.Name()))
+		return nil, nil
+	case errors.Is(err, kube.ErrSessionEnded):
+		return nil, newError(http.StatusInternalServerError, "console of VM %d unavailable: %v", g.VMID, err)
+	default:
+		return nil, newError(http.StatusInternalServerError, "recording the console session of VM %d: %v", g.VMID, err)
 	}
 }

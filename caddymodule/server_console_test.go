@@ -120,9 +120,8 @@ func TestConsoleVNC(t *testing.T) {
 	if !strings.Contains(res.UPID, ":vncproxy:"+id+":"+testToken+":") {
 		t.Fatalf("upid %q", res.UPID)
 	}
-	if exit := a.WaitTask(res.UPID); exit != "OK" {
-		t.Fatalf("task: %s", exit)
-	}
+	// The task runs while PVE's worker would wait for the client.
+	wantTaskRunning(t, a, node, res.UPID)
 
 	conn, resp, err := dialConsole(t, a, node, id, res.Port, res.Ticket)
 	if err != nil {
@@ -170,7 +169,12 @@ func TestConsoleVNC(t *testing.T) {
 		t.Fatalf("rectangle %v", rect)
 	}
 	b.read(t, int(rw)*int(rh)*bpp)
+	// ... and while the session is open; it ends OK with the session.
+	wantTaskRunning(t, a, node, res.UPID)
 	conn.Close()
+	if exit := a.WaitTask(res.UPID); exit != "OK" {
+		t.Fatalf("task after the session: %s", exit)
+	}
 
 	// Single use: the same ticket is refused now.
 	_, resp, err = dialConsole(t, a, node, id, res.Port, res.Ticket)
@@ -191,6 +195,16 @@ func TestConsoleVNC(t *testing.T) {
 		t.Fatalf("version %q", v)
 	}
 	conn.Close()
+}
+
+// wantTaskRunning checks that a console task is running now.
+func wantTaskRunning(t *testing.T, a *testcaddy.PVE, node, upid string) {
+	t.Helper()
+	var st map[string]any
+	a.OK("GET", "/nodes/"+node+"/tasks/"+upid+"/status", nil, &st)
+	if st["status"] != "running" {
+		t.Fatalf("console task %s: %v, want running", upid, st)
+	}
 }
 
 func wantRefused(t *testing.T, what string, resp *http.Response, err error) {
@@ -316,7 +330,11 @@ func TestConsoleTerm(t *testing.T) {
 	if echo := b.read(t, 3); string(echo) != "äb" {
 		t.Fatalf("echo %q", echo)
 	}
+	wantTaskRunning(t, a, node, res.UPID)
 	conn.Close()
+	if exit := a.WaitTask(res.UPID); exit != "OK" {
+		t.Fatalf("termproxy task after the session: %s", exit)
+	}
 
 	// A termproxy ticket is single-use too, and a bad login line ends the
 	// session without "OK".
@@ -333,6 +351,29 @@ func TestConsoleTerm(t *testing.T) {
 		t.Fatal("wrong login user got an answer")
 	}
 	conn.Close()
+	if exit := a.WaitTask(again.UPID); !strings.Contains(exit, "authentication failed") {
+		t.Fatalf("task of a bad login: %s", exit)
+	}
 	_, resp, err = dialConsole(t, a, node, id, again.Port, again.Ticket)
 	wantRefused(t, "reused termproxy", resp, err)
+}
+
+// Like PVE's worker, which stops listening after 10 s, a console task no
+// client connects to ends with "connection timed out", and a later
+// connection (with a still valid ticket) is refused.
+func TestConsoleConnectTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 10 s")
+	}
+	a := shared(t)
+	node, id := consoleVM(t, a, "term-timeout", true)
+	var res consoleAnswer
+	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/termproxy", nil, &res)
+	if exit := a.WaitTask(res.UPID); exit != "connection timed out" {
+		t.Fatalf("task without a client: %s", exit)
+	}
+	_, resp, err := dialConsole(t, a, node, id, res.Port, res.Ticket)
+	if err == nil || resp == nil || resp.StatusCode != 500 || !strings.Contains(resp.Status, "connection timed out") {
+		t.Fatalf("late connection: %v %v", err, resp)
+	}
 }

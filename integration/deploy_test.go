@@ -154,4 +154,19 @@ func TestDeployManifests(t *testing.T) {
 	if _, err := kc.CoreV1().ConfigMaps("caddy-proxmox").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Fatal(err)
 	}
+	// And claim console tickets there, and sweep expired claims.
+	ticket := fmt.Sprintf("deploy-probe-%d", time.Now().UnixNano())
+	if first, err := c.ConsoleClaims.Claim(ctx, ticket, time.Now().Add(-time.Second)); err != nil || !first {
+		t.Fatalf("claiming a console ticket as the ServiceAccount: %v %v", first, err)
+	}
+	if first, err := c.ConsoleClaims.Claim(ctx, ticket, time.Now().Add(-time.Second)); err != nil || first {
+		t.Fatalf("second claim as the ServiceAccount: %v %v", first, err)
+	}
+	// (A claim may start a background sweep that gets there first.)
+	if _, err := c.ConsoleClaims.Collect(ctx); err != nil {
+		t.Fatalf("sweeping claims as the ServiceAccount: %v", err)
+	}
+	if l, err := kc.CoreV1().ConfigMaps("caddy-proxmox").List(ctx, metav1.ListOptions{LabelSelector: "pve.caddy-proxmox.io/console-claim"}); err != nil || len(l.Items) != 0 {
+		t.Fatalf("expired claims left after sweeping as the ServiceAccount: %v, %v", l, err)
+	}
 }

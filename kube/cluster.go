@@ -87,6 +87,8 @@ type Cluster struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	Tasks     *Tasks
+	// ConsoleClaims makes console tickets single-use across replicas.
+	ConsoleClaims *ConsoleClaims
 }
 
 // New builds a Cluster; call Start before use.
@@ -106,6 +108,7 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 	c := &Cluster{Kube: kube, KubeVirt: kv, RESTConfig: cfg, opts: opts, logger: opts.Logger}
 	c.power = newPower(c)
 	c.Tasks = newTasks(c)
+	c.ConsoleClaims = NewConsoleClaims(kube, opts.TaskNamespace, opts.Logger)
 	return c
 }
 

@@ -82,6 +82,8 @@ type Task struct {
 	object          string
 	deadline        time.Time
 	cmName          string
+	// connected is when a client attached to a GoalSession task.
+	connected time.Time
 }
 
 // Running tells whether the task has not ended.
@@ -256,7 +258,9 @@ func (ts *Tasks) lookup(ctx context.Context, u translate.UPID) *Task {
 		}
 	}
 	ts.mu.Lock()
-	if r := ts.recent[u.String()]; r != nil && (best == nil || (best.Running() && !r.Running())) {
+	// Prefer what was written here when the cache has not caught up: an
+	// end, or a session's renewed deadline.
+	if r := ts.recent[u.String()]; r != nil && (best == nil || (best.Running() && (!r.Running() || r.deadline.After(best.deadline)))) {
 		best = r.copy()
 	}
 	ts.mu.Unlock()
@@ -317,6 +321,16 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) {
 	}
 	if cur.Data["status"] == "stopped" {
 		return // someone finished it first; the first answer stands
+	}
+	if fresh, err := taskFromConfigMap(cur); err == nil && fresh.deadline.After(t.deadline) {
+		// The record was renewed (a console session attached or is alive)
+		// after t was read, so t's verdict is stale.
+		ts.mu.Lock()
+		if r := ts.recent[t.UPID.String()]; r != nil {
+			*r = *fresh
+		}
+		ts.mu.Unlock()
+		return
 	}
 	cur.Data = cm.Data
 	if _, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
@@ -400,6 +414,8 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if exists, _, _ := ts.c.snapshotState(t.namespace, t.object); !exists {
 			return true, translate.ExitOK, nil
 		}
+	case GoalSession:
+		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
 		if _, complete := ts.c.restoreState(t.namespace, t.object); complete {
 			return true, translate.ExitOK, nil
@@ -426,6 +442,9 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		return true, "unknown task goal " + strconv.Quote(string(t.goal)), nil
 	}
 	if now.After(t.deadline) {
+		if t.goal == GoalSession {
+			return true, sessionTimeoutExit(t), nil
+		}
 		state := "not found"
 		if vm != nil {
 			state = string(vm.Status.PrintableStatus)
@@ -476,8 +495,15 @@ func (t *Task) toConfigMap(ns string) *corev1.ConfigMap {
 		"uid":       string(t.uid),
 		"prevVMI":   string(t.prevVMI),
 		"object":    t.object,
-		"deadline":  t.deadline.UTC().Format(time.RFC3339),
+		"deadline":  t.deadline.UTC().Format(time.RFC3339Nano),
 		"log":       strings.Join(t.Log, "\n"),
+	}
+	labels := map[string]string{taskLabel: "true", taskNodeLabel: t.UPID.Node}
+	if t.goal == GoalSession && t.object != "" {
+		labels[sessionLabel] = t.object
+	}
+	if !t.connected.IsZero() {
+		data["connected"] = t.connected.UTC().Format(time.RFC3339Nano)
 	}
 	if !t.Running() {
 		data["exitstatus"] = t.ExitStatus
@@ -486,7 +512,7 @@ func (t *Task) toConfigMap(ns string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: t.cmName, Namespace: ns,
-			Labels: map[string]string{taskLabel: "true", taskNodeLabel: t.UPID.Node},
+			Labels: labels,
 		},
 		Data: data,
 	}
@@ -506,6 +532,7 @@ func taskFromConfigMap(cm *corev1.ConfigMap) (*Task, error) {
 		t.Log = strings.Split(l, "\n")
 	}
 	t.deadline, _ = time.Parse(time.RFC3339, cm.Data["deadline"])
+	t.connected, _ = time.Parse(time.RFC3339Nano, cm.Data["connected"])
 	if s, err := strconv.ParseInt(cm.Data["endtime"], 10, 64); err == nil {
 		t.EndTime = time.Unix(s, 0)
 	}

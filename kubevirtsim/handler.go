@@ -55,6 +55,7 @@ func IsSubresourcePath(p string) bool {
 //	GET /apis/subresources.kubevirt.io/{version}/version     KubeVirt version info
 //	PUT .../namespaces/{ns}/virtualmachines/{name}/{start,stop,restart}
 //	PUT .../namespaces/{ns}/virtualmachineinstances/{name}/{pause,unpause,softreboot,reset}
+//	GET .../namespaces/{ns}/virtualmachineinstances/{name}/{vnc,console}  websockets (ConsoleServer)
 //
 // Request bodies are the JSON options the generated client sends. Every
 // subresource request is first authorized with authorize (as kube-apiserver
@@ -62,12 +63,13 @@ func IsSubresourcePath(p string) bool {
 // allows everything. Errors are JSON metav1.Status objects with virt-api's
 // codes; other subresources answer 404, unsupported methods 405.
 func NewSubresourceHandler(kv kubevirt.Interface, authorize Authorizer) http.Handler {
-	return &subresourceHandler{sub: &Subresources{KV: kv}, authorize: authorize}
+	return &subresourceHandler{sub: &Subresources{KV: kv}, authorize: authorize, console: NewConsoleServer(kv)}
 }
 
 type subresourceHandler struct {
 	sub       *Subresources
 	authorize Authorizer
+	console   *ConsoleServer
 }
 
 func (h *subresourceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -119,6 +121,10 @@ func (h *subresourceHandler) subresource(w http.ResponseWriter, r *http.Request,
 	}
 	ctx := r.Context()
 	route := resource + "/" + sub
+	if route == "virtualmachineinstances/vnc" || route == "virtualmachineinstances/console" {
+		h.console.ServeHTTP(w, r)
+		return
+	}
 	status := http.StatusOK
 	var err error
 	switch route {

@@ -29,12 +29,49 @@ const (
 //
 //	PVEVNC:<8 upper-case hex unix seconds>::<base64 signature>
 //
+// Two tickets for the same caller, VM and port in the same second are
+// equal; SignConsoleTicketID tells them apart.
+//
 // The user, the ACL path ("/vms/<vmid>") and the port are not in the text
 // but in the signature (HMAC-SHA256 under key), as in PVE where they are
 // the ticket's "secret data": the ticket is only valid for the same triple.
 func SignConsoleTicket(key []byte, user, path string, port int, at time.Time) string {
-	plain := consoleTicketPrefix + hexTimestamp(at)
+	return SignConsoleTicketID(key, "", user, path, port, at)
+}
+
+// maxConsoleTicketID bounds the id of SignConsoleTicketID.
+const maxConsoleTicketID = 32
+
+// SignConsoleTicketID is SignConsoleTicket with a signed id (1 to 32
+// letters and digits, e.g. random) in the data field of PVE's ticket
+// grammar, so that every ticket is distinct:
+//
+//	PVEVNC:<id>:<8 upper-case hex unix seconds>::<base64 signature>
+//
+// An empty id gives SignConsoleTicket's form; an invalid one panics (it is
+// the caller's constant or random alphabet, never user input).
+func SignConsoleTicketID(key []byte, id, user, path string, port int, at time.Time) string {
+	plain := consoleTicketPrefix
+	if id != "" {
+		if !validConsoleTicketID(id) {
+			panic("translate: invalid console ticket id " + strconv.Quote(id))
+		}
+		plain += id + ":"
+	}
+	plain += hexTimestamp(at)
 	return plain + "::" + base64.StdEncoding.EncodeToString(consoleMAC(key, plain, user, path, port))
+}
+
+func validConsoleTicketID(id string) bool {
+	if id == "" || len(id) > maxConsoleTicketID {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
 }
 
 // consoleMAC signs the visible part plus the bound fields, each length
@@ -58,6 +95,14 @@ func VerifyConsoleTicket(key []byte, ticket, user, path string, port int, now ti
 	if !ok {
 		return time.Time{}, fmt.Errorf("%w: missing %q prefix", ErrTicketMalformed, consoleTicketPrefix)
 	}
+	idPart := "" // "<id>:" of SignConsoleTicketID
+	if len(rest) > tsLen+2+ticketSigLen {
+		id, after, found := strings.Cut(rest, ":")
+		if !found || !validConsoleTicketID(id) {
+			return time.Time{}, fmt.Errorf("%w: bad ticket id", ErrTicketMalformed)
+		}
+		idPart, rest = id+":", after
+	}
 	if len(rest) != tsLen+2+ticketSigLen || rest[tsLen:tsLen+2] != "::" {
 		return time.Time{}, fmt.Errorf("%w: bad timestamp or signature length", ErrTicketMalformed)
 	}
@@ -66,7 +111,7 @@ func VerifyConsoleTicket(key []byte, ticket, user, path string, port int, now ti
 	if !ok {
 		return time.Time{}, fmt.Errorf("%w: bad timestamp %q", ErrTicketMalformed, ts)
 	}
-	want := base64.StdEncoding.EncodeToString(consoleMAC(key, consoleTicketPrefix+ts, user, path, port))
+	want := base64.StdEncoding.EncodeToString(consoleMAC(key, consoleTicketPrefix+idPart+ts, user, path, port))
 	if !hmac.Equal([]byte(sig), []byte(want)) {
 		return time.Time{}, fmt.Errorf("%w for %q on %s port %d", ErrTicketSignature, user, path, port)
 	}

@@ -56,6 +56,39 @@ func TestConsoleTicket(t *testing.T) {
 	}
 }
 
+// Tickets with an id are distinct in the same second, verify like the
+// others, and bind their id.
+func TestConsoleTicketID(t *testing.T) {
+	key := []byte("console-key")
+	at := time.Unix(1700000000, 0)
+	a := SignConsoleTicketID(key, "n0nce1", "alice@pve", "/vms/100", 5901, at)
+	b := SignConsoleTicketID(key, "n0nce2", "alice@pve", "/vms/100", 5901, at)
+	if a == b || !strings.HasPrefix(a, "PVEVNC:n0nce1:6553F100::") {
+		t.Fatalf("tickets %q %q", a, b)
+	}
+	for _, tk := range []string{a, "abcdEFGH:" + a, b} {
+		if issued, err := VerifyConsoleTicket(key, tk, "alice@pve", "/vms/100", 5901, at); err != nil || !issued.Equal(at) {
+			t.Fatalf("%q: %v %v", tk, issued, err)
+		}
+	}
+	for name, tc := range map[string]struct {
+		ticket string
+		want   error
+	}{
+		"swapped id":  {strings.Replace(a, "n0nce1", "n0nce2", 1), ErrTicketSignature},
+		"dropped id":  {strings.Replace(a, "n0nce1:", "", 1), ErrTicketSignature},
+		"bad id":      {strings.Replace(a, "n0nce1", "n0n-e1", 1), ErrTicketMalformed},
+		"empty id":    {strings.Replace(a, "n0nce1", "", 1), ErrTicketMalformed},
+		"long id":     {strings.Replace(a, "n0nce1", strings.Repeat("x", 33), 1), ErrTicketMalformed},
+		"other port":  {SignConsoleTicketID(key, "n0nce1", "alice@pve", "/vms/100", 5902, at), ErrTicketSignature},
+		"two id part": {strings.Replace(a, "n0nce1:", "n0nce1:x:", 1), ErrTicketMalformed},
+	} {
+		if _, err := VerifyConsoleTicket(key, tc.ticket, "alice@pve", "/vms/100", 5901, at); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+}
+
 // The bound fields are length-prefixed: moving bytes between them breaks
 // the signature.
 func TestConsoleTicketFieldsDoNotBleed(t *testing.T) {
@@ -76,6 +109,7 @@ func FuzzVerifyConsoleTicket(f *testing.F) {
 	f.Add(SignConsoleTicket(key, "root@pam", "/vms/100", 5900, at), "root@pam", "/vms/100", 5900)
 	f.Add("PVEVNC:00000000::", "u@pve", "/vms/1", 5999)
 	f.Add("12345678:PVEVNC:6553F100::"+strings.Repeat("A", 44), "", "", 0)
+	f.Add(SignConsoleTicketID(key, "abc123", "root@pam", "/vms/100", 5900, at), "root@pam", "/vms/100", 5900)
 	f.Fuzz(func(t *testing.T, ticket, user, path string, port int) {
 		issued, err := VerifyConsoleTicket(key, ticket, user, path, port, at)
 		if err != nil {
@@ -83,7 +117,14 @@ func FuzzVerifyConsoleTicket(f *testing.F) {
 		}
 		// Whatever verifies must be exactly what we would sign (modulo the
 		// password prefix).
-		want := SignConsoleTicket(key, user, path, port, issued)
+		id := ""
+		if i := strings.Index(ticket, consoleTicketPrefix); i >= 0 {
+			rest := ticket[i+len(consoleTicketPrefix):]
+			if len(rest) > tsLen+2+ticketSigLen {
+				id = rest[:strings.Index(rest, ":")]
+			}
+		}
+		want := SignConsoleTicketID(key, id, user, path, port, issued)
 		if !strings.HasSuffix(ticket, want) {
 			t.Fatalf("accepted %q for (%q, %q, %d), which signs as %q", ticket, user, path, port, want)
 		}
