@@ -181,7 +181,7 @@ func kubeError(err error) *apiError {
 		return newError(http.StatusForbidden, "Permission check failed (%v)", err)
 	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
 		return newError(http.StatusInternalServerError, "%v", err)
-	case errors.Is(err, context.DeadlineExceeded), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
 		apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err), isNetError(err):
 		return newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
 	}

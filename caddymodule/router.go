@@ -72,6 +72,12 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 			}
 			q.id = id
 		}
+		done, e := withCluster(q, pattern)
+		if e != nil {
+			writeError(w, r, e)
+			return
+		}
+		defer done()
 		data, e := ep(q)
 		if e == errWritten {
 			return

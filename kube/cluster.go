@@ -75,6 +75,7 @@ type Cluster struct {
 	metrics  atomic.Pointer[metricsPoller]
 
 	power  *power
+	health *health
 	cancel context.CancelFunc
 	done   chan struct{}
 	Tasks  *Tasks
@@ -96,6 +97,14 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 	}
 	c := &Cluster{Kube: kube, KubeVirt: kv, RESTConfig: cfg, opts: opts, logger: opts.Logger}
 	c.power = newPower(c)
+	var probe func(context.Context) error
+	if cfg != nil {
+		var err error
+		if probe, err = readyzProbe(cfg); err != nil {
+			opts.Logger.Warn("no kubernetes health probe", zap.Error(err))
+		}
+	}
+	c.health = newHealth(probe, opts.Logger)
 	c.Tasks = newTasks(c)
 	return c
 }
@@ -104,6 +113,8 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 func (c *Cluster) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	runCtx = withHealth(runCtx, c.health)
+	go c.health.run(runCtx)
 	c.done = make(chan struct{})
 	ns := c.opts.Namespaces
 	// The vmid table depends only on which VMs exist and their vmid

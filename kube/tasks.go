@@ -171,7 +171,7 @@ func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
 	if t == nil {
 		return nil, ErrNoSuchTask
 	}
-	if t.Running() {
+	if t.Running() && ts.c.Healthy() == nil {
 		if done, exit, lines := ts.evaluate(t, time.Now()); done {
 			t.Log = append(t.Log, lines...)
 			t.finish(exit, time.Now())
@@ -205,8 +205,9 @@ func (ts *Tasks) List(node string) []*Task {
 	// Answer what Get would: a task whose goal is met is ended, even if
 	// the worker has not recorded it yet.
 	now := time.Now()
+	healthy := ts.c.Healthy() == nil
 	for _, t := range out {
-		if t.Running() {
+		if t.Running() && healthy {
 			if done, exit, lines := ts.evaluate(t, now); done {
 				t.Log = append(t.Log, lines...)
 				t.finish(exit, now)
@@ -287,6 +288,11 @@ func (ts *Tasks) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-ts.pokeCh:
+		}
+		// Stale caches must not end tasks: a goal met during an outage
+		// shows only once the caches follow the cluster again.
+		if ts.c.Healthy() != nil {
+			continue
 		}
 		now := time.Now()
 		for _, t := range ts.running() {
@@ -425,7 +431,9 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	default:
 		return true, "unknown task goal " + strconv.Quote(string(t.goal)), nil
 	}
-	if now.After(t.deadline) {
+	// A deadline that passed during an outage is extended briefly: the controllers catch up only once the cluster
+	// answers again, and the task should tell what really happened.
+	if now.After(t.deadline) && now.Sub(ts.c.health.recovered()) > outageGrace {
 		state := "not found"
 		if vm != nil {
 			state = string(vm.Status.PrintableStatus)
