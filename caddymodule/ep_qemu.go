@@ -176,7 +176,10 @@ func kubeTaskError(err error) error {
 
 // kubeError answers a failed synchronous Kubernetes call.
 func kubeError(err error) *apiError {
+	var taken *kube.VMIDTakenError
 	switch {
+	case errors.As(err, &taken):
+		return newError(http.StatusInternalServerError, "%v", taken)
 	case apierrors.IsForbidden(err):
 		return newError(http.StatusForbidden, "Permission check failed (%v)", err)
 	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
