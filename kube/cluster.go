@@ -187,7 +187,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			o.LabelSelector = taskLabel + "=true"
 			return c.Kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc}, stripMeta, nil)
+	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
 
 	c.pvcs = newStore(runCtx, c.Kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
