@@ -176,12 +176,15 @@ func kubeTaskError(err error) error {
 
 // kubeError answers a failed synchronous Kubernetes call.
 func kubeError(err error) *apiError {
+	var taken *kube.VMIDTakenError
 	switch {
+	case errors.As(err, &taken):
+		return newError(http.StatusInternalServerError, "%v", taken)
 	case apierrors.IsForbidden(err):
 		return newError(http.StatusForbidden, "Permission check failed (%v)", err)
 	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
 		return newError(http.StatusInternalServerError, "%v", err)
-	case errors.Is(err, context.DeadlineExceeded), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
 		apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err), isNetError(err):
 		return newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
 	}

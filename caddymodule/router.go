@@ -74,6 +74,15 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 				return
 			}
 			q.id = id
+		}
+		// During an outage answer 503 at once, before any access review.
+		done, e := withCluster(q, pattern)
+		if e != nil {
+			writeError(w, r, e)
+			return
+		}
+		defer done()
+		if !open {
 			if e := h.actAs(q); e != nil {
 				writeError(w, r, e)
 				return

@@ -82,6 +82,7 @@ type Cluster struct {
 	kvMetrics atomic.Pointer[metricsPoller]
 
 	power     *power
+	health    *health
 	idClients identityClients
 	access    accessCache
 	cancel    context.CancelFunc
@@ -107,6 +108,14 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 	}
 	c := &Cluster{Kube: kube, KubeVirt: kv, RESTConfig: cfg, opts: opts, logger: opts.Logger}
 	c.power = newPower(c)
+	var probe func(context.Context) error
+	if cfg != nil {
+		var err error
+		if probe, err = readyzProbe(cfg); err != nil {
+			opts.Logger.Warn("no kubernetes health probe", zap.Error(err))
+		}
+	}
+	c.health = newHealth(probe, opts.Logger)
 	c.Tasks = newTasks(c)
 	c.ConsoleClaims = NewConsoleClaims(kube, opts.TaskNamespace, opts.Logger)
 	return c
@@ -116,6 +125,8 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 func (c *Cluster) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	runCtx = withHealth(runCtx, c.health)
+	go c.health.run(runCtx)
 	c.done = make(chan struct{})
 	ns := c.opts.Namespaces
 	// The vmid table depends only on which VMs exist and their vmid
@@ -188,7 +199,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			o.LabelSelector = taskLabel + "=true"
 			return c.Kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc}, stripMeta, nil)
+	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
 
 	c.pvcs = newStore(runCtx, c.Kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {

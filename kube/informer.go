@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,14 +34,32 @@ func newStore(ctx context.Context, semantics any, namespaces []string, obj runti
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	s := &store{byNS: map[string]cache.SharedIndexInformer{}}
+	// During an outage list and watch wait for the cluster to come back
+	// (see health), and their outcomes tell whether the cache is current.
+	h := healthFrom(ctx)
+	kind := reflect.TypeOf(obj).Elem().Name()
 	for _, ns := range namespaces {
 		ns := ns
+		key := kind
+		if ns != "" {
+			key += " in " + ns
+		}
 		src := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return lw.list(ctx, ns, o)
+				if err := h.wait(ctx); err != nil {
+					return nil, err
+				}
+				out, err := lw.list(ctx, ns, o)
+				h.observe(key, err)
+				return out, err
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return lw.watch(ctx, ns, o)
+				if err := h.wait(ctx); err != nil {
+					return nil, err
+				}
+				out, err := lw.watch(ctx, ns, o)
+				h.observe(key, err)
+				return out, err
 			},
 		}
 		// semantics is the Kubernetes clientset: in-memory fakes cannot serve

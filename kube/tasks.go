@@ -28,6 +28,7 @@ const (
 	taskPrefix    = "pve-task-"
 
 	taskStatusIndex = "status"
+	taskVMIndex     = "vm"
 )
 
 // Goal is what a task waits for in the cluster. A task's status is derived
@@ -81,6 +82,7 @@ type Task struct {
 	uid, prevVMI    types.UID
 	object          string
 	deadline        time.Time
+	started         time.Time // finer than the UPID's seconds, to order tasks
 	cmName          string
 	// connected is when a client attached to a GoalSession task.
 	connected time.Time
@@ -136,7 +138,7 @@ func (ts *Tasks) Begin(ctx context.Context, spec TaskSpec) (*Task, error) {
 	t := &Task{
 		UPID: u, Status: "running", Log: append([]string(nil), spec.Log...),
 		goal: spec.Goal, namespace: spec.Namespace, name: spec.Name, uid: spec.UID, prevVMI: spec.PrevVMI,
-		object: spec.Object, cmName: taskPrefix + u.Key(),
+		object: spec.Object, cmName: taskPrefix + u.Key(), started: now,
 	}
 	if spec.Timeout <= 0 {
 		spec.Timeout = 5 * time.Minute
@@ -173,7 +175,7 @@ func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
 	if t == nil {
 		return nil, ErrNoSuchTask
 	}
-	if t.Running() {
+	if t.Running() && ts.c.Healthy() == nil {
 		if done, exit, lines := ts.evaluate(t, time.Now()); done {
 			t.Log = append(t.Log, lines...)
 			t.finish(exit, time.Now())
@@ -207,8 +209,9 @@ func (ts *Tasks) List(node string) []*Task {
 	// Answer what Get would: a task whose goal is met is ended, even if
 	// the worker has not recorded it yet.
 	now := time.Now()
+	healthy := ts.c.Healthy() == nil
 	for _, t := range out {
-		if t.Running() {
+		if t.Running() && healthy {
 			if done, exit, lines := ts.evaluate(t, now); done {
 				t.Log = append(t.Log, lines...)
 				t.finish(exit, now)
@@ -291,6 +294,11 @@ func (ts *Tasks) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-ts.pokeCh:
+		}
+		// Stale caches must not end tasks: a goal met during an outage
+		// shows only once the caches follow the cluster again.
+		if ts.c.Healthy() != nil {
+			continue
 		}
 		now := time.Now()
 		for _, t := range ts.running() {
@@ -441,7 +449,12 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	default:
 		return true, "unknown task goal " + strconv.Quote(string(t.goal)), nil
 	}
-	if now.After(t.deadline) {
+	if later := ts.supersededBy(t); later != nil {
+		return true, fmt.Sprintf("interrupted by a later %s request (%s) before the VM was %s", later.UPID.Type, later.UPID, t.goal), nil
+	}
+	// A deadline that passed during an outage is extended briefly: the controllers catch up only once the cluster
+	// answers again, and the task should tell what really happened.
+	if now.After(t.deadline) && now.Sub(ts.c.health.recovered()) > outageGrace {
 		if t.goal == GoalSession {
 			return true, sessionTimeoutExit(t), nil
 		}
@@ -496,6 +509,7 @@ func (t *Task) toConfigMap(ns string) *corev1.ConfigMap {
 		"prevVMI":   string(t.prevVMI),
 		"object":    t.object,
 		"deadline":  t.deadline.UTC().Format(time.RFC3339Nano),
+		"started":   t.started.UTC().Format(time.RFC3339Nano),
 		"log":       strings.Join(t.Log, "\n"),
 	}
 	labels := map[string]string{taskLabel: "true", taskNodeLabel: t.UPID.Node}
@@ -533,6 +547,9 @@ func taskFromConfigMap(cm *corev1.ConfigMap) (*Task, error) {
 	}
 	t.deadline, _ = time.Parse(time.RFC3339, cm.Data["deadline"])
 	t.connected, _ = time.Parse(time.RFC3339Nano, cm.Data["connected"])
+	if t.started, err = time.Parse(time.RFC3339Nano, cm.Data["started"]); err != nil {
+		t.started = time.Unix(u.StartTime, 0)
+	}
 	if s, err := strconv.ParseInt(cm.Data["endtime"], 10, 64); err == nil {
 		t.EndTime = time.Unix(s, 0)
 	}
@@ -548,4 +565,54 @@ func taskStatusIndexFunc(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{cm.Data["status"]}, nil
+}
+
+// powerSense groups the power goals by the state they want: a task whose
+// goal is not met yet ends when a later task on the same VM wants another.
+func powerSense(g Goal) int {
+	switch g {
+	case GoalRunning, GoalRestarted, GoalResumed:
+		return 1
+	case GoalStopped:
+		return 2
+	case GoalPaused:
+		return 3
+	}
+	return 0
+}
+
+// supersededBy returns a later task on the same VM that wants another
+// power state than t, if any: like PVE's per-VM lock, the last request
+// decides, and t ends saying so instead of waiting for its deadline.
+func (ts *Tasks) supersededBy(t *Task) *Task {
+	sense := powerSense(t.goal)
+	if sense == 0 {
+		return nil
+	}
+	later := func(o *Task) bool {
+		return o.cmName != t.cmName && o.uid == t.uid && o.started.After(t.started) &&
+			powerSense(o.goal) != 0 && powerSense(o.goal) != sense
+	}
+	ts.mu.Lock()
+	for _, o := range ts.recent {
+		if o.namespace == t.namespace && o.name == t.name && later(o) {
+			ts.mu.Unlock()
+			return o.copy()
+		}
+	}
+	ts.mu.Unlock()
+	for _, obj := range ts.c.tasks.byIndex(taskVMIndex, t.namespace+"/"+t.name) {
+		if o, err := taskFromConfigMap(obj.(*corev1.ConfigMap)); err == nil && later(o) {
+			return o
+		}
+	}
+	return nil
+}
+
+func taskVMIndexFunc(obj any) ([]string, error) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok || cm.Data["name"] == "" {
+		return nil, nil
+	}
+	return []string{cm.Data["namespace"] + "/" + cm.Data["name"]}, nil
 }

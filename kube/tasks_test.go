@@ -570,3 +570,51 @@ func TestTaskGoalMetAtBegin(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskSuperseded: a start still waiting when a later stop is asked
+// for ends at once, saying so, rather than waiting for its deadline.
+func TestTaskSuperseded(t *testing.T) {
+	e := newEnv(t, envOptions{}) // no controller: nothing ever starts
+	c := e.cluster(Options{}, true)
+	g := mustGuest(t, c, 101)
+	start, err := c.Tasks.Begin(e.ctx, specFor(g, GoalRunning, translate.TaskStart))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStopped, translate.TaskStop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := waitTaskEnd(t, c, stop.UPID.String()); end.ExitStatus != translate.ExitOK {
+		t.Fatalf("stop: %q", end.ExitStatus)
+	}
+	end := waitTaskEnd(t, c, start.UPID.String())
+	if !strings.HasPrefix(end.ExitStatus, "interrupted by a later qmstop request") {
+		t.Fatalf("superseded start ended %q", end.ExitStatus)
+	}
+	waitRecord(t, e, "default", start.UPID, end.ExitStatus)
+}
+
+// TestTaskWaitsOutOutage: while the cluster is unreachable the caches are
+// stale, so no task is judged on them; once it is back, tasks end.
+func TestTaskWaitsOutOutage(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c := e.cluster(Options{}, true)
+	g := mustGuest(t, c, 101) // no instance: a stop's goal is met
+	c.health.report(errors.New("connection refused"))
+	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStopped, translate.TaskStop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // ten worker rounds
+	if got, err := c.Tasks.Get(e.ctx, task.UPID.String()); err != nil || !got.Running() {
+		t.Fatalf("task judged during the outage: %v %v", got, err)
+	}
+	if c.Healthy() == nil {
+		t.Fatal("Healthy during the outage")
+	}
+	c.health.report(nil)
+	if end := waitTaskEnd(t, c, task.UPID.String()); end.ExitStatus != translate.ExitOK {
+		t.Fatalf("after the outage: %q", end.ExitStatus)
+	}
+}

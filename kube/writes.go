@@ -14,6 +14,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // CreateVM creates a VirtualMachine. The caller has built it from PVE
@@ -22,9 +24,23 @@ func (c *Cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 	if !c.Serves(vm.Namespace) {
 		return nil, fmt.Errorf("namespace %q is not served", vm.Namespace)
 	}
+	// Of concurrent creates with one vmid, on any replica, one goes ahead.
+	var claim *vmidClaim
+	if id := vm.Labels[translate.LabelVMID]; id != "" {
+		var err error
+		if claim, err = c.claimVMID(ctx, id, vm.Namespace, vm.Name); err != nil {
+			return nil, err
+		}
+	}
 	out, err := c.kv(ctx).KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
 	if err != nil {
+		if claim != nil {
+			claim.release(context.WithoutCancel(ctx))
+		}
 		return nil, err
+	}
+	if claim != nil {
+		claim.commit(ctx, out.UID)
 	}
 	// Read-your-writes: put it in the cache now so that the vmid resolves
 	// for the client's next call even before the watch event arrives.

@@ -168,6 +168,10 @@ type Env struct {
 	users      map[string]User
 	etcd       *process
 	apiserver  *process
+	etcdArgs   []string   // kept for StartEtcd
+	apiArgs    []string   // kept for StartAPIServer
+	procMu     sync.Mutex // guards etcd and apiserver after Start, and stopped
+	stopped    bool
 	httpClient *http.Client // to kube-apiserver, no credentials of its own
 	phases     []zap.Field
 
@@ -414,14 +418,15 @@ func (e *Env) spawn(tokens string) error {
 	if envSet(EnvVerbose) {
 		tee = os.Stderr
 	}
-	e.etcd, err = startProcess("etcd", filepath.Join(e.BinDir, "etcd"), []string{
+	e.etcdArgs = []string{
 		"--data-dir=" + filepath.Join(e.Dir, "etcd"),
 		"--listen-client-urls=" + e.EtcdURL,
 		"--advertise-client-urls=" + e.EtcdURL,
 		"--listen-peer-urls=http://127.0.0.1:0", // one member: any free port
 		"--unsafe-no-fsync=true",
 		"--log-level=warn",
-	}, e.Dir, tee)
+	}
+	e.etcd, err = startProcess("etcd", filepath.Join(e.BinDir, "etcd"), e.etcdArgs, e.Dir, tee)
 	if err != nil {
 		return err
 	}
@@ -449,6 +454,7 @@ func (e *Env) spawn(tokens string) error {
 		"--profiling=false",
 	}
 	args = append(args, e.opts.ExtraAPIServerArgs...)
+	e.apiArgs = args
 	e.apiserver, err = startProcess("kube-apiserver", filepath.Join(e.BinDir, "kube-apiserver"), args, e.Dir, tee)
 	return err
 }
@@ -537,7 +543,11 @@ func (e *Env) Stop() {
 		var wg sync.WaitGroup
 		// kube-apiserver would drain for many seconds; its data is
 		// throw-away, so it gets only a short grace before SIGKILL.
-		for p, grace := range map[*process]time.Duration{e.apiserver: 300 * time.Millisecond, e.etcd: 2 * time.Second} {
+		e.procMu.Lock()
+		e.stopped = true
+		procs := map[*process]time.Duration{e.apiserver: 300 * time.Millisecond, e.etcd: 2 * time.Second}
+		e.procMu.Unlock()
+		for p, grace := range procs {
 			if p != nil {
 				wg.Add(1)
 				go func() { defer wg.Done(); p.stop(grace) }()
@@ -561,6 +571,8 @@ func (e *Env) Stop() {
 
 // PIDs returns the process ids of etcd and kube-apiserver (0 if not started).
 func (e *Env) PIDs() (etcd, apiserver int) {
+	e.procMu.Lock()
+	defer e.procMu.Unlock()
 	if e.etcd != nil {
 		etcd = e.etcd.pid()
 	}

@@ -1,0 +1,162 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// TestConcurrentCreatesSameVMID: of N creates racing for one vmid (with
+// different names, through both instances: two caches, one apiserver),
+// exactly one succeeds and its task ends OK; the others get PVE's
+// "VM <id> already exists", and exactly one VirtualMachine carries the id.
+// The id is free again once that VM is deleted.
+func TestConcurrentCreatesSameVMID(t *testing.T) {
+	const n = 8
+	a, b := pve(t), fallbackPVE(t)
+	node := firstNode(a)
+	id := nextID(a)
+	type outcome struct {
+		code   int
+		status string
+		upid   string
+	}
+	out := make([]outcome, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c := a
+			if i%2 == 1 {
+				c = b
+			}
+			c = &testcaddy.PVE{T: t, Base: c.Base, C: testcaddy.Client(), Auth: c.Auth}
+			<-start
+			ans := c.Do("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", fmt.Sprintf("race-%d", i)))
+			out[i] = outcome{code: ans.Code, status: ans.Status}
+			if ans.Code == 200 {
+				_ = jsonString(ans.Data, &out[i].upid)
+			}
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	var won []string
+	for i, o := range out {
+		switch {
+		case o.code == 200:
+			won = append(won, o.upid)
+		case o.code == 500 && o.status == "500 VM "+id+" already exists":
+		default:
+			t.Errorf("create %d: %s", i, o.status)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d creates of vmid %s succeeded, want exactly 1: %+v", len(won), id, out)
+	}
+	if exit := a.WaitTask(won[0]); exit != "OK" {
+		t.Fatalf("winning create: %s", exit)
+	}
+	list, err := env.KubeVirt.KubevirtV1().VirtualMachines("").List(context.Background(), metav1.ListOptions{LabelSelector: translate.LabelVMID + "=" + id})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("VirtualMachines with vmid %s: %d (%v)", id, len(list.Items), err)
+	}
+	var upid string
+	a.OK("DELETE", "/nodes/"+node+"/qemu/"+id, nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("delete: %s", exit)
+	}
+	// The claim ended with its VM: the id can be used again at once.
+	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "race-again"), &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create after delete: %s", exit)
+	}
+	a.OK("DELETE", "/nodes/"+node+"/qemu/"+id, nil, &upid)
+	a.WaitTask(upid)
+}
+
+// TestConcurrentPowerActions: start, stop, shutdown and reboot fired at
+// one VM at once, in rounds: every call answers (a UPID or a PVE error),
+// every task ends, and afterwards status/current agrees with the
+// VirtualMachineInstance.
+func TestConcurrentPowerActions(t *testing.T) {
+	a := pve(t)
+	node := firstNode(a)
+	id := nextID(a)
+	var upid string
+	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "power-race"), &upid)
+	a.WaitTask(upid)
+	path := "/nodes/" + node + "/qemu/" + id
+	actions := []string{"start", "stop", "reboot", "shutdown", "start", "stop"}
+	for round := 0; round < 3; round++ {
+		var mu sync.Mutex
+		var upids []string
+		var wg sync.WaitGroup
+		for _, act := range actions {
+			wg.Add(1)
+			go func(act string) {
+				defer wg.Done()
+				c := &testcaddy.PVE{T: t, Base: a.Base, C: testcaddy.Client(), Auth: a.Auth}
+				f := form()
+				if act == "shutdown" {
+					f = form("timeout", "5")
+				}
+				ans := c.Do("POST", path+"/status/"+act, f)
+				switch {
+				case ans.Code == 200:
+					var u string
+					_ = jsonString(ans.Data, &u)
+					mu.Lock()
+					upids = append(upids, act+" "+u)
+					mu.Unlock()
+				case ans.Code >= 400 && ans.Code < 600 && ans.Code != 503 && ans.Message != "":
+					// A PVE refusal (e.g. "VM x not running"), fine under a race.
+				default:
+					t.Errorf("%s: %s %s", act, ans.Status, ans.Raw)
+				}
+			}(act)
+		}
+		wg.Wait()
+		for _, u := range upids {
+			act, up, _ := strings.Cut(u, " ")
+			exit := a.WaitTask(up)
+			t.Logf("round %d: %s ended %q", round, act, exit)
+		}
+		// Settled: status/current says what the cluster has.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st := a.Status(node, id)
+			vm := vmByID(t, id)
+			vmi, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances(vm.Namespace).Get(context.Background(), vm.Name, metav1.GetOptions{})
+			clusterRunning := err == nil && vmi.Status.Phase == "Running" && vmi.DeletionTimestamp == nil
+			if (st["status"] == "running") == clusterRunning {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: status/current %v disagrees with the instance (running=%v)", round, st["status"], clusterRunning)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	var tasks []map[string]any
+	a.OK("GET", "/nodes/"+node+"/tasks", form("vmid", id, "source", "active"), &tasks)
+	for _, tk := range tasks {
+		if tk["endtime"] == nil {
+			t.Errorf("task still running: %v", tk)
+		}
+	}
+	a.OK("POST", path+"/status/stop", nil, &upid)
+	a.WaitTask(upid)
+	a.OK("DELETE", path, nil, &upid)
+	a.WaitTask(upid)
+}

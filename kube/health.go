@@ -1,0 +1,282 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Health probe settings: kube-apiserver's /readyz is asked every
+// healthInterval, each try bounded by healthTimeout. A refused connection
+// or an error answer marks the cluster down at once; timeouts only after
+// healthTimeoutsDown in a row, so that a slow answer on a loaded machine is
+// no outage.
+const (
+	healthInterval     = time.Second
+	healthTimeout      = 2 * time.Second
+	healthTimeoutsDown = 2
+	// outageGrace is how long after the cluster comes back tasks whose
+	// deadline passed meanwhile still wait for their goal: the controllers
+	// catch up only once they can write again.
+	outageGrace = 30 * time.Second
+)
+
+// ErrClusterDown is the cause of request contexts cancelled by an outage.
+var ErrClusterDown = errors.New("the Kubernetes API server became unreachable")
+
+// health tracks whether the cluster can be served from: kube-apiserver
+// answers its readiness probe, and every informer's last list or watch
+// call succeeded, so the caches follow the cluster again. While it is
+// down, informers wait for it instead of retrying into growing backoffs,
+// so that caches catch up within a probe interval after an outage.
+type health struct {
+	probe  func(ctx context.Context) error // nil: always up (in-memory cluster)
+	logger *zap.Logger
+
+	mu       sync.Mutex
+	down     error            // probe failure; nil while up
+	timeouts int              // probe timeouts in a row
+	broken   map[string]error // informer (kind/namespace) -> last list/watch error
+	downAt   time.Time        // start of the current or last outage
+	upAt     time.Time        // end of the last outage; zero if none
+	up       chan struct{}    // closed while up
+	nextID   uint64
+	bound    map[uint64]context.CancelCauseFunc
+	kick     chan struct{}
+}
+
+func newHealth(probe func(ctx context.Context) error, logger *zap.Logger) *health {
+	up := make(chan struct{})
+	close(up)
+	return &health{probe: probe, logger: logger, broken: map[string]error{},
+		up: up, bound: map[uint64]context.CancelCauseFunc{}, kick: make(chan struct{}, 1)}
+}
+
+// readyzProbe asks kube-apiserver's /readyz with its own client, so that a
+// request rate limit or a slow informer never delays the verdict.
+func readyzProbe(cfg *rest.Config) (func(ctx context.Context) error, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = healthTimeout
+	cfg.QPS, cfg.Burst = 50, 100
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("health probe client: %w", err)
+	}
+	rc := kc.Discovery().RESTClient()
+	host := cfg.Host
+	return func(ctx context.Context) error {
+		_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx)
+		switch {
+		case err == nil, apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsNotFound(err):
+			// It answered; who may read /readyz is RBAC's business.
+			return nil
+		}
+		return fmt.Errorf("%s: %w", host, err)
+	}, nil
+}
+
+// run probes until ctx ends.
+func (h *health) run(ctx context.Context) {
+	if h.probe == nil {
+		return
+	}
+	t := time.NewTicker(healthInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, healthTimeout)
+		err := h.probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		h.report(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.kick:
+		}
+	}
+}
+
+func (h *health) report(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.timeouts = 0
+		if h.down != nil {
+			h.upAt = time.Now()
+			h.logger.Info("kubernetes API server reachable again", zap.Duration("outage", h.upAt.Sub(h.downAt)))
+			h.down = nil
+			close(h.up)
+		}
+		return
+	}
+	if isTimeout(err) {
+		h.timeouts++
+		if h.timeouts < healthTimeoutsDown && h.down == nil {
+			return
+		}
+	}
+	if h.down == nil {
+		h.logger.Warn("kubernetes API server unreachable: answering 503 until it is back", zap.Error(err))
+		h.up = make(chan struct{})
+		h.downAt = time.Now()
+		for id, cancel := range h.bound {
+			cancel(ErrClusterDown)
+			delete(h.bound, id)
+		}
+	}
+	h.down = err
+}
+
+// observe records the outcome of an informer's list or watch call.
+// Connection failures and server errors make the informer stale and ask
+// for an immediate probe; any success makes it current again.
+func (h *health) observe(key string, err error) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		delete(h.broken, key)
+		return
+	}
+	if !unreachable(err) {
+		return
+	}
+	h.broken[key] = err
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wait blocks while the probe says the cluster is down, so that informers
+// do not pile up failures (and reflector backoff) during an outage and
+// resume as soon as it ends.
+func (h *health) wait(ctx context.Context) error {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	up := h.up
+	h.mu.Unlock()
+	select {
+	case <-up:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// err tells why the cluster cannot be served from, or nil.
+func (h *health) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.down != nil {
+		return h.down
+	}
+	if len(h.broken) > 0 {
+		keys := make([]string, 0, len(h.broken))
+		for k := range h.broken {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		return fmt.Errorf("caches of %s not in sync: %w", strings.Join(keys, ", "), h.broken[keys[0]])
+	}
+	return nil
+}
+
+// recovered is when the last outage ended (zero if there was none).
+func (h *health) recovered() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.upAt
+}
+
+// bind derives a context that is cancelled (cause ErrClusterDown) when an
+// outage is detected, so that calls in flight fail fast instead of running
+// into their timeouts.
+func (h *health) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	h.mu.Lock()
+	if h.down != nil {
+		h.mu.Unlock()
+		cancel(ErrClusterDown)
+		return ctx, func() {}
+	}
+	id := h.nextID
+	h.nextID++
+	h.bound[id] = cancel
+	h.mu.Unlock()
+	return ctx, func() {
+		h.mu.Lock()
+		delete(h.bound, id)
+		h.mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// Healthy returns nil when the cluster is reachable and every cache
+// follows it, else why not. The HTTP layer answers 503 meanwhile rather
+// than serve stale state or hang on writes.
+func (c *Cluster) Healthy() error {
+	return c.health.err()
+}
+
+// BindHealth returns a context that is cancelled when the cluster becomes
+// unreachable (context.Cause is ErrClusterDown); call cancel when done.
+func (c *Cluster) BindHealth(ctx context.Context) (context.Context, context.CancelFunc) {
+	return c.health.bind(ctx)
+}
+
+// unreachable tells whether err means the apiserver could not serve at
+// all (as opposed to refusing the request).
+func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	if utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) || isTimeout(err) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status().Code >= 500
+	}
+	return false
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) ||
+		apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
+}
+
+type healthKey struct{}
+
+// withHealth hands the tracker to the informers built under ctx.
+func withHealth(ctx context.Context, h *health) context.Context {
+	return context.WithValue(ctx, healthKey{}, h)
+}
+
+func healthFrom(ctx context.Context) *health {
+	h, _ := ctx.Value(healthKey{}).(*health)
+	return h
+}

@@ -1,0 +1,87 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestHealthTransitions(t *testing.T) {
+	h := newHealth(func(context.Context) error { return nil }, zap.NewNop())
+	if err := h.err(); err != nil {
+		t.Fatalf("fresh tracker: %v", err)
+	}
+	inflight, cancel := h.bind(context.Background())
+	defer cancel()
+
+	// One timeout is a slow answer, not an outage; two are.
+	h.report(context.DeadlineExceeded)
+	if h.err() != nil || inflight.Err() != nil {
+		t.Fatal("one probe timeout marked the cluster down")
+	}
+	h.report(context.DeadlineExceeded)
+	if h.err() == nil {
+		t.Fatal("two probe timeouts did not mark the cluster down")
+	}
+	if !errors.Is(context.Cause(inflight), ErrClusterDown) {
+		t.Fatalf("bound context after outage: %v", context.Cause(inflight))
+	}
+	if late, _ := h.bind(context.Background()); late.Err() == nil {
+		t.Fatal("context bound during an outage is not cancelled")
+	}
+
+	// Informers wait during the outage and go on when it ends.
+	waited := make(chan error, 1)
+	go func() { waited <- h.wait(context.Background()) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("wait returned during the outage: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	h.report(nil)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait did not return after recovery")
+	}
+	if h.recovered().IsZero() {
+		t.Fatal("recovery time not recorded")
+	}
+
+	// A refused connection is down at once.
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	h.report(refused)
+	if h.err() == nil {
+		t.Fatal("connection refused did not mark the cluster down")
+	}
+	h.report(nil)
+
+	// A cache whose watch failed keeps the cluster unservable until a call
+	// of that informer succeeds; refusals by RBAC do not count.
+	h.observe("VirtualMachine", fmt.Errorf("watch: %w", refused))
+	if err := h.err(); err == nil {
+		t.Fatal("broken informer not reported")
+	}
+	h.observe("Node", apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("no")))
+	h.observe("VirtualMachine", nil)
+	if err := h.err(); err != nil {
+		t.Fatalf("after the informer recovered: %v", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	stop()
+	if err := (*health)(nil).wait(ctx); err != nil {
+		t.Fatal("nil tracker must never block")
+	}
+}

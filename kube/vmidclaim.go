@@ -1,0 +1,115 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+const (
+	claimPrefix = "pve-vmid-"
+	claimLabel  = "pve.caddy-proxmox.io/vmid-claim"
+	// claimInFlight is how long a claim whose VM has not appeared yet
+	// (a create in flight, or one that died half-way) holds its vmid.
+	claimInFlight = 30 * time.Second
+)
+
+// VMIDTakenError is returned when a create loses its vmid to another VM
+// or to a create in flight (on any replica).
+type VMIDTakenError struct{ VMID string }
+
+// Error is PVE's text for a taken vmid.
+func (e *VMIDTakenError) Error() string { return "VM " + e.VMID + " already exists" }
+
+// vmidClaim is a reservation of a vmid: the ConfigMap pve-vmid-<id> in
+// the task namespace. Creating an object is atomic in Kubernetes, so of
+// concurrent creates with one vmid exactly one gets the claim; the label
+// on the VM alone could not say who was first.
+type vmidClaim struct {
+	c  *Cluster
+	cm *corev1.ConfigMap
+}
+
+// claimVMID reserves vmid for the VM ns/name. A claim left by a VM that
+// is gone (or by a create that never finished) is taken over.
+func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidClaim, error) {
+	cms := c.Kube.CoreV1().ConfigMaps(c.opts.TaskNamespace)
+	want := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: claimPrefix + vmid, Namespace: c.opts.TaskNamespace,
+			Labels: map[string]string{claimLabel: "true"},
+		},
+		Data: map[string]string{"vmid": vmid, "namespace": ns, "name": name},
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		out, err := cms.Create(ctx, want, metav1.CreateOptions{})
+		if err == nil {
+			return &vmidClaim{c: c, cm: out}, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("claiming vmid %s: %w", vmid, err)
+		}
+		cur, err := cms.Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the claim of vmid %s: %w", vmid, err)
+		}
+		if live, err := c.claimLive(ctx, cur); err != nil || live {
+			if err != nil {
+				return nil, err
+			}
+			return nil, &VMIDTakenError{VMID: vmid}
+		}
+		uid, rv := cur.UID, cur.ResourceVersion
+		err = cms.Delete(ctx, cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return nil, fmt.Errorf("taking over the stale claim of vmid %s: %w", vmid, err)
+		}
+	}
+	return nil, &VMIDTakenError{VMID: vmid}
+}
+
+// claimLive tells whether a claim still holds its vmid: its VM exists
+// (and carries the id), or its create may still be in flight.
+func (c *Cluster) claimLive(ctx context.Context, cm *corev1.ConfigMap) (bool, error) {
+	vm, err := c.KubeVirt.KubevirtV1().VirtualMachines(cm.Data["namespace"]).Get(ctx, cm.Data["name"], metav1.GetOptions{})
+	switch {
+	case err == nil:
+		if uid := cm.Data["uid"]; uid != "" {
+			return string(vm.UID) == uid, nil
+		}
+		if vm.Labels[translate.LabelVMID] == cm.Data["vmid"] {
+			return true, nil
+		}
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("checking the claim of vmid %s: %w", cm.Data["vmid"], err)
+	}
+	// No VM (or another one by that name): live only while a create may
+	// still be under way.
+	return cm.Data["uid"] == "" && time.Since(cm.CreationTimestamp.Time) < claimInFlight, nil
+}
+
+// commit records the created VM's UID, so the claim ends with that VM.
+func (cl *vmidClaim) commit(ctx context.Context, uid types.UID) {
+	cl.cm.Data["uid"] = string(uid)
+	if _, err := cl.c.Kube.CoreV1().ConfigMaps(cl.cm.Namespace).Update(ctx, cl.cm, metav1.UpdateOptions{}); err != nil {
+		// The VM carries the label; the claim stays valid through it.
+		cl.c.logger.Debug("recording the vmid claim", zap.String("claim", cl.cm.Name), zap.Error(err))
+	}
+}
+
+// release gives the vmid back after a failed create.
+func (cl *vmidClaim) release(ctx context.Context) {
+	uid := cl.cm.UID
+	_ = cl.c.Kube.CoreV1().ConfigMaps(cl.cm.Namespace).Delete(ctx, cl.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+}
