@@ -36,6 +36,12 @@ func parseParams(r *http.Request) (params, *apiError) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return p, nil
 	}
+	if r.ContentLength > maxBodyBytes {
+		// Refuse before reading: a client announcing a huge body gets its
+		// answer without sending it, and the server closes the connection
+		// instead of draining it.
+		return nil, newError(http.StatusRequestEntityTooLarge, "request entity too large")
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
