@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -48,7 +49,12 @@ func parseParams(r *http.Request) (params, *apiError) {
 		if errors.As(err, &mbe) {
 			return nil, newError(http.StatusRequestEntityTooLarge, "request entity too large")
 		}
-		return nil, newError(http.StatusBadRequest, "reading request body: %v", err)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, newError(http.StatusBadRequest, "request body timed out")
+		}
+		// The error names the connection's addresses: keep it out of answers.
+		return nil, newError(http.StatusBadRequest, "request body could not be read")
 	}
 	if len(body) == 0 {
 		return p, nil
