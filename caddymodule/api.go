@@ -238,6 +238,7 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cadd
 	r2 := r.Clone(r.Context())
 	r2.URL.Path = cleanAPIPath(r.URL.Path)
 	r2.URL.RawPath = ""
+	boundBody(w, r2)
 	if strings.Contains(r2.URL.Path+"/", "/./") || strings.Contains(r2.URL.Path+"/", "/../") {
 		// No PVE path has dot segments; ServeMux would answer a redirect.
 		h.notImplemented(w, r2)

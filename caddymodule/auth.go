@@ -114,15 +114,9 @@ func (a *authenticator) authenticate(r *http.Request) (identity, *apiError) {
 	if a.noAuth {
 		return identity{UserID: "root@pam"}, nil
 	}
-	ticket := ""
-	if c, err := r.Cookie("PVEAuthCookie"); err == nil {
-		ticket = uriUnescape(c.Value)
-	}
-	authz := r.Header.Get("Authorization")
-	if ticket == "" {
-		if v, ok := authValue(authz, "PVEAuthCookie"); ok {
-			ticket = v
-		}
+	ticket, authz, ok := credentials(r)
+	if !ok {
+		return identity{}, newError(http.StatusUnauthorized, "Authentication failed!")
 	}
 	if ticket != "" {
 		user, _, err := translate.VerifyTicket(a.ticketKey, ticket, a.now(), translate.TicketLifetime)
@@ -156,6 +150,33 @@ func (a *authenticator) authenticate(r *http.Request) (identity, *apiError) {
 		}
 	}
 	return identity{}, newError(http.StatusUnauthorized, "No ticket")
+}
+
+// credentials returns the request's ticket (cookie first, then the
+// Authorization header, as pveproxy looks them up) and its Authorization
+// header. Requests whose credentials are ambiguous are refused (ok false)
+// rather than resolved by a rule a proxy in front might apply differently:
+// several Authorization headers, several different PVEAuthCookie cookies,
+// or a cookie and a header ticket that disagree.
+func credentials(r *http.Request) (ticket, authz string, ok bool) {
+	if len(r.Header.Values("Authorization")) > 1 {
+		return "", "", false
+	}
+	authz = r.Header.Get("Authorization")
+	for _, c := range r.CookiesNamed("PVEAuthCookie") {
+		v := uriUnescape(c.Value)
+		if ticket != "" && v != ticket {
+			return "", "", false
+		}
+		ticket = v
+	}
+	if v, found := authValue(authz, "PVEAuthCookie"); found {
+		if ticket != "" && v != ticket {
+			return "", "", false
+		}
+		ticket = v
+	}
+	return ticket, authz, true
 }
 
 func cutLast(s, sep string) (string, string, bool) {

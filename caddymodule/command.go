@@ -110,8 +110,13 @@ func apiConfig(listen string, h APIHandler, debug bool) (*caddy.Config, error) {
 		APIHandler
 	}{"proxmox_api", h}
 	server := map[string]any{
-		"listen":                  []string{listen},
-		"protocols":               []string{"h1"},
+		"listen":    []string{listen},
+		"protocols": []string{"h1"},
+		// The README's limits for hostile clients (see servers/timeouts).
+		"read_header_timeout":     "10s",
+		"read_idle_timeout":       "10s",
+		"read_min_rate":           1024,
+		"idle_timeout":            "2m",
 		"routes":                  []any{map[string]any{"handle": []any{handler}}},
 		"tls_connection_policies": []any{map[string]any{"default_sni": "localhost"}},
 		"automatic_https":         map[string]any{"disable_redirects": true},

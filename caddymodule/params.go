@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,13 +37,24 @@ func parseParams(r *http.Request) (params, *apiError) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return p, nil
 	}
+	if r.ContentLength > maxBodyBytes {
+		// Refuse before reading: a client announcing a huge body gets its
+		// answer without sending it, and the server closes the connection
+		// instead of draining it.
+		return nil, newError(http.StatusRequestEntityTooLarge, "request entity too large")
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, newError(http.StatusRequestEntityTooLarge, "request entity too large")
 		}
-		return nil, newError(http.StatusBadRequest, "reading request body: %v", err)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, newError(http.StatusBadRequest, "request body timed out")
+		}
+		// The error names the connection's addresses: keep it out of answers.
+		return nil, newError(http.StatusBadRequest, "request body could not be read")
 	}
 	if len(body) == 0 {
 		return p, nil

@@ -88,7 +88,10 @@ func SSHKeys(v string) ([]string, error) {
 			continue
 		}
 		f := strings.Fields(l)
-		if len(f) < 2 || !(strings.HasPrefix(f[0], "ssh-") || strings.HasPrefix(f[0], "ecdsa-") || strings.HasPrefix(f[0], "sk-")) {
+		// A control byte inside a key (a CR from a pasted "\r\n" is trimmed
+		// above) would split its authorized_keys line.
+		ctl := strings.IndexFunc(l, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) >= 0
+		if ctl || len(f) < 2 || !(strings.HasPrefix(f[0], "ssh-") || strings.HasPrefix(f[0], "ecdsa-") || strings.HasPrefix(f[0], "sk-")) {
 			return nil, fmt.Errorf("invalid format - invalid SSH public key: %s", truncate(l, 40))
 		}
 		keys = append(keys, l)

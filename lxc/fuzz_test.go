@@ -1,0 +1,62 @@
+package lxc
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The wake configuration comes from the Caddyfile (trusted, but typed by
+// people) and guest configs from the Proxmox API; none of it may panic.
+
+func FuzzParseWindow(f *testing.F) {
+	for _, s := range []string{"09:00-18:00", "Mon-Fri 09:00-18:00", "Sat,Sun 10:00-12:00", "22:00-02:00", "24:00-25:61", "Fri-Mon 00:00-00:00", "Mon-"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		w, err := ParseWindow(s)
+		if err != nil {
+			return
+		}
+		if w.String() != s {
+			t.Fatalf("String() = %q, want %q", w.String(), s)
+		}
+		for h := 0; h < 24*7; h += 5 {
+			_ = w.Contains(time.Date(2025, 1, 6, 0, 0, 0, 0, time.UTC).Add(time.Duration(h) * time.Hour))
+		}
+	})
+}
+
+func FuzzValidateRef(f *testing.F) {
+	for _, s := range []string{"100", "web", "99", "1000000000", "a b", "-1", "+100", "0x64", "１００"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		if ValidateRef(ref) != nil {
+			return
+		}
+		if ref == "" || strings.ContainsAny(ref, "/ \t") {
+			t.Fatalf("accepted %q", ref)
+		}
+	})
+}
+
+func FuzzConfigMACs(f *testing.F) {
+	f.Add("name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp", "virtio=BC:24:11:AA:BB:CC,bridge=vmbr0")
+	f.Add("name=eth0,ip=10.0.0.5/24,hwaddr=zz", "")
+	f.Add(",,,=,hwaddr=", "e1000=00:00:00:00:00:00:00")
+	f.Fuzz(func(t *testing.T, net0, net1 string) {
+		macs, static := configMACs(map[string]any{"net0": net0, "net1": net1, "net": 7, "netx": "hwaddr=BC:24:11:00:00:02"})
+		for _, m := range macs {
+			if _, err := net.ParseMAC(m); err != nil || m != strings.ToLower(m) {
+				t.Fatalf("MAC %q from %q %q", m, net0, net1)
+			}
+		}
+		for _, ip := range static {
+			if net.ParseIP(ip) == nil {
+				t.Fatalf("IP %q from %q %q", ip, net0, net1)
+			}
+		}
+	})
+}
