@@ -38,6 +38,26 @@ func TestImpersonationLetsKubernetesDecide(t *testing.T) {
 	}
 	bind("pve:alice@pve", "kubevirt.io:edit")
 	bind("pve:bob@pve", "kubevirt.io:view")
+	// dave may list VMs and open their VNC display, but not their serial
+	// console: only Kubernetes can tell the two apart.
+	vncOnly := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "vnc-only", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"kubevirt.io"}, Resources: []string{"virtualmachines", "virtualmachineinstances"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"subresources.kubevirt.io"}, Resources: []string{"virtualmachineinstances/vnc"}, Verbs: []string{"get"}},
+		},
+	}
+	if _, err := env.Kube.RbacV1().Roles(ns).Create(ctx, vncOnly, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	daveBinding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "dave-vnc-only", Namespace: ns},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "pve:dave@pve"}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "vnc-only"},
+	}
+	if _, err := env.Kube.RbacV1().RoleBindings(ns).Create(ctx, daveBinding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	dir := t.TempDir()
 	port := testcaddy.FreePort(t)
@@ -51,6 +71,7 @@ https://localhost:%d {
 		token alice@pve!t %[4]s
 		token bob@pve!t %[4]s
 		token carol@pve!t %[4]s
+		token dave@pve!t %[4]s
 		auth_failure_delay 0s
 	}
 }
@@ -114,6 +135,35 @@ https://localhost:%d {
 	if _, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, "imp-"+id, metav1.GetOptions{}); err != nil {
 		t.Fatalf("VM stopped by a refused call: %v", err)
 	}
+
+	// Consoles run as the caller too: alice's session reaches virt-api as
+	// pve:alice@pve (the stand-in authorizes the impersonated user); bob,
+	// a viewer, may not open one.
+	var ct consoleTicket
+	alice.OK("POST", "/nodes/"+node+"/qemu/"+id+"/vncproxy", form("websocket", "1"), &ct)
+	conn, resp, err := wsDial(alice, node, id, ct.Port, ct.Ticket)
+	if err != nil {
+		t.Fatalf("alice's console: %v (%v)", err, resp)
+	}
+	if v := newByteConn(t, conn).read(12); string(v) != "RFB 003.008\n" {
+		t.Fatalf("alice's console: ProtocolVersion %q", v)
+	}
+	conn.Close()
+	denied(bob, "POST", "/nodes/"+node+"/qemu/"+id+"/vncproxy", form("websocket", "1"), "Permission check failed (/vms/"+id+", VM.Console)")
+	// dave passes the VM.Console review (vnc), gets a termproxy ticket, and
+	// is refused by virt-api itself when the serial console is opened as him.
+	dave := as("dave")
+	dave.OK("POST", "/nodes/"+node+"/qemu/"+id+"/vncproxy", form("websocket", "1"), &ct)
+	dave.OK("POST", "/nodes/"+node+"/qemu/"+id+"/termproxy", nil, &ct)
+	conn, resp, err = wsDial(dave, node, id, ct.Port, ct.Ticket)
+	if err == nil {
+		conn.Close()
+		t.Fatal("dave opened the serial console that RBAC denies him")
+	}
+	if resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("dave's serial console: %v %v, want 403", err, resp)
+	}
+	t.Logf("dave's serial console refused: %s", resp.Status)
 
 	// carol sees nothing and may read nothing.
 	var rows []map[string]any
