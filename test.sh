@@ -23,7 +23,9 @@ CADDY_PROXMOX_TESTBIN=$(testenv/build-binaries.sh)
 export CADDY_PROXMOX_TESTBIN
 
 echo "== ./caddy (the README's build command; process tests run it)"
-./xcaddy.sh >/dev/null
+xlog=$(mktemp)
+./xcaddy.sh >"$xlog" 2>&1 || { cat "$xlog"; exit 1; }
+rm -f "$xlog"
 export CADDY_PROXMOX_CADDY="$PWD/caddy"
 
 echo "== gofmt, go vet"
