@@ -176,6 +176,12 @@ func rolePrivs(grants []GrantConfig, path, ns string) map[string]bool {
 // path lives in ("" for cluster-wide paths). An access review that fails
 // counts as a refusal and is returned so that endpoints can answer 503.
 func (h *APIHandler) may(q *request, path, ns, priv string) (bool, error) {
+	return h.decide(q, path, ns, priv, false)
+}
+
+// decide is may; fresh asks the apiserver now instead of reusing a recent
+// review, for checks in front of a write.
+func (h *APIHandler) decide(q *request, path, ns, priv string, fresh bool) (bool, error) {
 	p := h.perms
 	if h.auth.noAuth || p.allAdmin {
 		return true, nil
@@ -186,7 +192,14 @@ func (h *APIHandler) may(q *request, path, ns, priv string) (bool, error) {
 	if _, ok := kube.IdentityFrom(q.ctx()); !ok {
 		return false, kube.ErrNoIdentity
 	}
-	return q.c.CanI(q.ctx(), kube.PrivilegeAccess(priv, ns, q.c.HasVirtAPI(q.ctx())))
+	a := kube.PrivilegeAccess(priv, ns, q.c.HasVirtAPI(q.ctx()))
+	if fresh {
+		// In front of a write only the apiserver's answer of this moment
+		// counts, never a remembered one; the write itself is then made as
+		// the caller, so Kubernetes decides twice.
+		return q.c.CanINow(q.ctx(), a)
+	}
+	return q.c.CanI(q.ctx(), a)
 }
 
 // sees is may for filtering lists: a failed review hides the row (and is
@@ -215,12 +228,15 @@ func permErr(c check) *apiError {
 	return newError(http.StatusForbidden, "Permission check failed (%s, %s)", c.path, strings.Join(c.privs, "|"))
 }
 
-// authorize runs an endpoint's checks before it touches anything.
+// authorize runs an endpoint's checks before it touches anything. Writes
+// are checked against the apiserver's current answer; reads may reuse a
+// review a few seconds old, as they are served from the cache anyway.
 func (h *APIHandler) authorize(q *request, checks []check) *apiError {
+	fresh := q.r.Method != http.MethodGet && q.r.Method != http.MethodHead
 	for _, c := range checks {
 		granted := false
 		for _, priv := range c.privs {
-			ok, err := h.may(q, c.path, c.ns, priv)
+			ok, err := h.decide(q, c.path, c.ns, priv, fresh)
 			if err != nil && !errors.Is(err, kube.ErrNoIdentity) {
 				return kubeError(err)
 			}

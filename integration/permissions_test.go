@@ -28,7 +28,7 @@ func TestImpersonationLetsKubernetesDecide(t *testing.T) {
 	ns := env.Namespace(t, "perm")
 	bind := func(user, role string) {
 		rb := &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(strings.ReplaceAll(user, ":", "-"), "@", "-"), Namespace: ns},
+			ObjectMeta: metav1.ObjectMeta{Name: strings.NewReplacer(":", "-", "@", "-").Replace(user + "-" + role), Namespace: ns},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 		}
@@ -196,8 +196,15 @@ https://localhost:%d {
 		t.Fatalf("alice holds Sys.Audit on / without any node right: %v", pa["/"])
 	}
 
-	alice.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, &upid)
-	alice.WaitTask(upid)
+	// A right granted now counts at once for writes: the check in front of
+	// a write never reuses a remembered review (bob was refused a moment
+	// ago, well within the 10 s a review is reused for reads).
+	denied(bob, "POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, "Permission check failed (/vms/"+id+", VM.PowerMgmt)")
+	bind("pve:bob@pve", "kubevirt.io:edit")
+	bob.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, &upid)
+	if exit := bob.WaitTask(upid); exit != "OK" {
+		t.Fatalf("stop as bob after the grant: %s", exit)
+	}
 	alice.OK("DELETE", "/nodes/"+node+"/qemu/"+id, nil, &upid)
 	if exit := alice.WaitTask(upid); exit != "OK" {
 		t.Fatalf("delete as alice: %s", exit)

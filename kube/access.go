@@ -49,6 +49,17 @@ var ErrNoIdentity = errors.New("access review without an impersonated identity")
 // (a SelfSubjectAccessReview sent while impersonating it), reusing answers
 // for a few seconds.
 func (c *Cluster) CanI(ctx context.Context, a Access) (bool, error) {
+	return c.canI(ctx, a, true)
+}
+
+// CanINow is CanI without the cache: the apiserver's answer at this
+// moment, for checks in front of a write (a right granted or revoked a
+// second ago counts).
+func (c *Cluster) CanINow(ctx context.Context, a Access) (bool, error) {
+	return c.canI(ctx, a, false)
+}
+
+func (c *Cluster) canI(ctx context.Context, a Access, cached bool) (bool, error) {
 	act, ok := ctx.Value(identityKey{}).(actingAs)
 	if !ok {
 		return false, ErrNoIdentity
@@ -58,7 +69,7 @@ func (c *Cluster) CanI(ctx context.Context, a Access) (bool, error) {
 	c.access.mu.Lock()
 	e, hit := c.access.m[k]
 	c.access.mu.Unlock()
-	if hit && now.Before(e.expires) {
+	if cached && hit && now.Before(e.expires) {
 		return e.allowed, nil
 	}
 	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
