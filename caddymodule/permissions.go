@@ -223,6 +223,17 @@ type check struct {
 	privs    []string
 }
 
+// vmCheck is the check a refused write is reported against: the last one
+// on a VM (the new VM of a clone), else the last.
+func vmCheck(checks []check) check {
+	for i := len(checks) - 1; i >= 0; i-- {
+		if strings.HasPrefix(checks[i].path, "/vms/") {
+			return checks[i]
+		}
+	}
+	return checks[len(checks)-1]
+}
+
 // permErr is PVE's refusal: 403 with the path and privilege checked.
 func permErr(c check) *apiError {
 	return newError(http.StatusForbidden, "Permission check failed (%s, %s)", c.path, strings.Join(c.privs, "|"))
@@ -318,6 +329,26 @@ func configNeeds(h *APIHandler, q *request) []check {
 	for _, p := range privs {
 		out = append(out, check{path: base[0].path, ns: base[0].ns, privs: []string{p}})
 	}
+	return append(out, storageChecks(q, base[0].ns)...)
+}
+
+// storageChecks asks for Datastore.AllocateSpace on every storage the
+// request allocates new disks on, as PVE does, in the namespace the
+// claims will live in.
+func storageChecks(q *request, ns string) []check {
+	seen := map[string]bool{}
+	var out []check
+	keys := make([]string, 0, len(q.p))
+	for k := range q.p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if st, ok := translate.AllocatedStorage(k, q.p[k]); ok && !seen[st] {
+			seen[st] = true
+			out = append(out, check{path: "/storage/" + st, ns: ns, privs: []string{"Datastore.AllocateSpace"}})
+		}
+	}
 	return out
 }
 
@@ -327,7 +358,8 @@ func createNeeds(h *APIHandler, q *request) []check {
 	if err != nil {
 		return nil
 	}
-	return []check{{path: "/vms/" + strconv.Itoa(id), ns: h.createNamespace(q), privs: []string{"VM.Allocate"}}}
+	ns := h.createNamespace(q)
+	return append([]check{{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"VM.Allocate"}}}, storageChecks(q, ns)...)
 }
 
 // cloneNeeds: VM.Clone on the source and VM.Allocate on the new VM.
@@ -344,7 +376,11 @@ func cloneNeeds(h *APIHandler, q *request) []check {
 	if p := q.p["pool"]; p != "" {
 		ns = p
 	}
-	return append(src, check{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"VM.Allocate"}})
+	out := append(src, check{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"VM.Allocate"}})
+	if st := q.p["storage"]; st != "" {
+		out = append(out, check{path: "/storage/" + st, ns: ns, privs: []string{"Datastore.AllocateSpace"}})
+	}
+	return out
 }
 
 // createNamespace is the namespace a new VM goes to: pool=, else the

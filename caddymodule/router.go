@@ -104,7 +104,7 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 				// Kubernetes refused the impersonated call: its RBAC is finer
 				// than the review or changed since.
 				h.logger.Info("kubernetes refused the caller", zap.String("user", q.id.ID()), zap.String("detail", e.Message))
-				e = permErr(q.checks[len(q.checks)-1])
+				e = permErr(vmCheck(q.checks))
 			}
 			writeError(w, r, e)
 			return

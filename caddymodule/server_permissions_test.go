@@ -108,6 +108,12 @@ func TestRolesLimitWhatEachIdentitySeesAndDoes(t *testing.T) {
 		var cfg map[string]any
 		a.OK("GET", "/nodes/"+nodeOf(t, admin, legacy)+"/qemu/"+legacy+"/config", nil, &cfg)
 		denied(t, a, "POST", "/nodes/"+node+"/qemu/100/status/start", nil, "Permission check failed (/vms/100, VM.PowerMgmt)")
+		// New disks need Datastore.AllocateSpace on their storage, which a
+		// VM admin of the pool does not hold; re-attaching needs none.
+		denied(t, a, "POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {"4242"}, "pool": {"lab"}, "scsi0": {"local-lvm:1"}},
+			"Permission check failed (/storage/local-lvm, Datastore.AllocateSpace)")
+		denied(t, a, "PUT", "/nodes/"+nodeOf(t, admin, legacy)+"/qemu/"+legacy+"/config", url.Values{"scsi5": {"ceph-block:1"}},
+			"Permission check failed (/storage/ceph-block, Datastore.AllocateSpace)")
 		var pools []map[string]any
 		a.OK("GET", "/pools", nil, &pools)
 		if len(pools) != 1 || pools[0]["poolid"] != "lab" {

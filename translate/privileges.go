@@ -76,3 +76,25 @@ func isCDROMValue(v string) bool {
 	}
 	return false
 }
+
+// AllocatedStorage names the storage a config key allocates new space on,
+// for PVE's Datastore.AllocateSpace check: a new disk `<storage>:<size>`
+// (also with import-from), an EFI or TPM state disk, or a cloud-init
+// drive. Re-attaching an existing volume, CD-ROMs and other keys allocate
+// nothing.
+func AllocatedStorage(key, value string) (string, bool) {
+	if !privDiskKeyRE.MatchString(key) || strings.HasPrefix(key, "unused") || isCDROMValue(value) {
+		return "", false
+	}
+	d, err := parseDrive(value)
+	if err != nil {
+		return "", false
+	}
+	if m := newDiskRE.FindStringSubmatch(d.file); m != nil && m[2] != "" {
+		return m[2], true
+	}
+	if st, vol, ok := strings.Cut(d.file, ":"); ok && st != "" && vol == "cloudinit" {
+		return st, true
+	}
+	return "", false
+}

@@ -33,3 +33,28 @@ func TestConfigKeyPrivilege(t *testing.T) {
 		}
 	}
 }
+
+func TestAllocatedStorage(t *testing.T) {
+	for _, tc := range []struct {
+		key, value, want string
+		ok               bool
+	}{
+		{"scsi0", "local-lvm:8", "local-lvm", true},
+		{"virtio1", "ceph-block:32,discard=on", "ceph-block", true},
+		{"scsi1", "ceph-block:0,import-from=local-lvm:vm-100-disk-0", "ceph-block", true},
+		{"efidisk0", "local-lvm:1,efitype=4m", "local-lvm", true},
+		{"ide2", "local-lvm:cloudinit", "local-lvm", true},
+		{"scsi0", "local-lvm:vm-100-disk-0", "", false},
+		{"scsi0", "8", "", false},
+		{"ide2", "nfs-iso:iso/debian.iso,media=cdrom", "", false},
+		{"unused0", "local-lvm:vm-100-disk-1", "", false},
+		{"net0", "virtio,bridge=vmbr0", "", false},
+		{"memory", "2048", "", false},
+		{"scsi0", ",,", "", false},
+	} {
+		got, ok := AllocatedStorage(tc.key, tc.value)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("AllocatedStorage(%q, %q) = %q, %v; want %q, %v", tc.key, tc.value, got, ok, tc.want, tc.ok)
+		}
+	}
+}
