@@ -69,7 +69,8 @@ func (h *APIHandler) getNodeIndex(q *request) (any, *apiError) {
 
 // getNodeStatus is the node's summary. CPU and memory use come from the
 // metrics poller, load, uptime and rootfs from node_exporter through
-// Prometheus when configured (zero without a source); swap is always zero.
+// Prometheus when configured (zero without a source), as are swap, I/O
+// wait and idle; KSM has no source and stays zero.
 func (h *APIHandler) getNodeStatus(q *request) (any, *apiError) {
 	n, e := h.node(q)
 	if e != nil {
@@ -92,7 +93,7 @@ func (h *APIHandler) getNodeStatus(q *request) (any, *apiError) {
 	free := max(row.MaxMem-row.Mem, 0)
 	return map[string]any{
 		"cpu":  row.CPU,
-		"wait": 0, "idle": 0,
+		"wait": row.wait, "idle": row.idle,
 		"uptime":     row.Uptime,
 		"loadavg":    loadavg(row),
 		"kversion":   fmt.Sprintf("Linux %s #1 SMP (%s)", kernel, osImage),
@@ -102,7 +103,7 @@ func (h *APIHandler) getNodeStatus(q *request) (any, *apiError) {
 			"mhz": "2400.000", "hvm": "1", "user_hz": 100, "flags": "",
 		},
 		"memory":         map[string]int64{"total": row.MaxMem, "used": row.Mem, "free": free},
-		"swap":           map[string]int64{"total": 0, "used": 0, "free": 0},
+		"swap":           map[string]int64{"total": row.swapTotal, "used": row.swapUsed, "free": max(row.swapTotal-row.swapUsed, 0)},
 		"rootfs":         map[string]int64{"total": row.MaxDisk, "used": row.Disk, "avail": row.MaxDisk - row.Disk, "free": row.MaxDisk - row.Disk},
 		"ksm":            map[string]int{"shared": 0},
 		"boot-info":      map[string]any{"mode": "efi", "secureboot": 0},

@@ -200,8 +200,10 @@ type nodeRow struct {
 	SSLFingerprint string  `json:"ssl_fingerprint,omitempty"`
 
 	// Not in the row; /nodes/{n}/status shows them.
-	load    [3]float64
-	hasLoad bool
+	load                [3]float64
+	hasLoad             bool
+	swapUsed, swapTotal int64
+	wait, idle          float64
 }
 
 // nodeFacts computes a node row; c supplies usage metrics (nil: none).
@@ -237,6 +239,15 @@ func nodeFacts(c *kube.Cluster, n kube.Node, now time.Time) nodeRow {
 			row.Disk, row.MaxDisk = u.RootUsed, u.RootTotal
 		}
 		row.load, row.hasLoad = u.Load, has&kube.HasLoad1 != 0
+		if has&kube.HasSwapTotal != 0 && has&kube.HasSwapUsed != 0 {
+			row.swapUsed, row.swapTotal = u.SwapUsed, u.SwapTotal
+		}
+		if has&kube.HasIOWait != 0 {
+			row.wait = u.IOWait
+		}
+		if has&kube.HasIdle != 0 {
+			row.idle = u.Idle
+		}
 	}
 	return row
 }

@@ -184,6 +184,13 @@ func TestMetricsSources(t *testing.T) {
 		if up := num(ns, "uptime"); up < float64(time.Now().Unix()-wn.BootTime-5) {
 			t.Errorf("uptime %v, want since %d", up, wn.BootTime)
 		}
+		swap := ns["swap"].(map[string]any)
+		if num(swap, "total") != float64(wn.SwapTotal) || num(swap, "used") != float64(wn.SwapTotal-wn.SwapFree) || num(swap, "free") != float64(wn.SwapFree) {
+			t.Errorf("swap %v, want total %d free %d", swap, wn.SwapTotal, wn.SwapFree)
+		}
+		if num(ns, "wait") != wn.IOWait || num(ns, "idle") != wn.Idle {
+			t.Errorf("wait %v idle %v, want %v %v", ns["wait"], ns["idle"], wn.IOWait, wn.Idle)
+		}
 
 		// rrddata: the first request answers at once (without values);
 		// the background cache fills the series.

@@ -28,6 +28,11 @@ type Usage struct {
 	BootTime int64
 	// RootUsed and RootTotal are a node's root filesystem bytes.
 	RootUsed, RootTotal int64
+	// SwapUsed and SwapTotal are a node's swap bytes.
+	SwapUsed, SwapTotal int64
+	// IOWait and Idle are the fractions of a node's CPU time spent waiting
+	// for I/O and idle.
+	IOWait, Idle float64
 	// Has lists the fields this reading carries. Zero means CPUCores and
 	// MemBytes only, which is what metrics.k8s.io gives.
 	Has UsageFields
@@ -50,6 +55,10 @@ const (
 	HasBootTime
 	HasRootUsed
 	HasRootTotal
+	HasSwapUsed
+	HasSwapTotal
+	HasIOWait
+	HasIdle
 )
 
 // Fields is u.Has, with the zero value read as CPU and memory.
@@ -95,6 +104,18 @@ func (u Usage) Overlay(o Usage) Usage {
 	}
 	if pick(HasRootTotal) {
 		u.RootTotal = o.RootTotal
+	}
+	if pick(HasSwapUsed) {
+		u.SwapUsed = o.SwapUsed
+	}
+	if pick(HasSwapTotal) {
+		u.SwapTotal = o.SwapTotal
+	}
+	if pick(HasIOWait) {
+		u.IOWait = o.IOWait
+	}
+	if pick(HasIdle) {
+		u.Idle = o.Idle
 	}
 	u.Has = has | oh
 	return u

@@ -61,6 +61,16 @@ var nodeQueries = []currentQuery{
 	{kube.HasBootTime, byNode("node_boot_time_seconds"), func(u *kube.Usage, v float64) { u.BootTime = int64(v) }},
 	{kube.HasRootUsed, byNode("node_filesystem_size_bytes" + rootFS + " - node_filesystem_avail_bytes" + rootFS), func(u *kube.Usage, v float64) { u.RootUsed = int64(v) }},
 	{kube.HasRootTotal, byNode("node_filesystem_size_bytes" + rootFS), func(u *kube.Usage, v float64) { u.RootTotal = int64(v) }},
+	{kube.HasSwapTotal, byNode("node_memory_SwapTotal_bytes"), func(u *kube.Usage, v float64) { u.SwapTotal = int64(v) }},
+	{kube.HasSwapUsed, byNode("node_memory_SwapTotal_bytes - node_memory_SwapFree_bytes"), func(u *kube.Usage, v float64) { u.SwapUsed = int64(v) }},
+	{kube.HasIOWait, cpuMode("iowait"), func(u *kube.Usage, v float64) { u.IOWait = v }},
+	{kube.HasIdle, cpuMode("idle"), func(u *kube.Usage, v float64) { u.Idle = v }},
+}
+
+// cpuMode is the fraction of a node's CPU time in one mode, averaged over
+// its CPUs (node_exporter has one counter per CPU and mode).
+func cpuMode(mode string) string {
+	return "avg by (nodename) (" + nodeJoin(`rate(node_cpu_seconds_total{mode="`+mode+`"}[`+rateWindow+"])", "") + ")"
 }
 
 // historyField is one rrddata field: inner is an instant expression for

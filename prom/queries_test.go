@@ -14,6 +14,8 @@ func TestCurrentQueries(t *testing.T) {
 		kube.HasDiskWrite: `sum by (namespace, name) (kubevirt_vmi_storage_write_traffic_bytes_total)`,
 		kube.HasLoad5:     `max by (nodename) ((node_load5) * on (instance) group_left (nodename) node_uname_info)`,
 		kube.HasRootUsed:  `max by (nodename) ((node_filesystem_size_bytes{mountpoint="/",fstype!="rootfs"} - node_filesystem_avail_bytes{mountpoint="/",fstype!="rootfs"}) * on (instance) group_left (nodename) node_uname_info)`,
+		kube.HasSwapUsed:  `max by (nodename) ((node_memory_SwapTotal_bytes - node_memory_SwapFree_bytes) * on (instance) group_left (nodename) node_uname_info)`,
+		kube.HasIOWait:    `avg by (nodename) ((rate(node_cpu_seconds_total{mode="iowait"}[2m])) * on (instance) group_left (nodename) node_uname_info)`,
 	}
 	seen := kube.UsageFields(0)
 	for _, q := range append(append([]currentQuery(nil), guestQueries...), nodeQueries...) {
@@ -26,7 +28,8 @@ func TestCurrentQueries(t *testing.T) {
 		}
 	}
 	all := kube.HasCPU | kube.HasMem | kube.HasNetIn | kube.HasNetOut | kube.HasDiskRead | kube.HasDiskWrite |
-		kube.HasLoad1 | kube.HasLoad5 | kube.HasLoad15 | kube.HasBootTime | kube.HasRootUsed | kube.HasRootTotal
+		kube.HasLoad1 | kube.HasLoad5 | kube.HasLoad15 | kube.HasBootTime | kube.HasRootUsed | kube.HasRootTotal |
+		kube.HasSwapUsed | kube.HasSwapTotal | kube.HasIOWait | kube.HasIdle
 	if seen != all {
 		t.Errorf("fields queried %b, want %b", seen, all)
 	}
