@@ -159,17 +159,27 @@ func covers(g, path, ns string) bool {
 	return false
 }
 
-// rolePrivs is the set of privileges the grants give on path.
-func rolePrivs(grants []GrantConfig, path, ns string) map[string]bool {
-	out := map[string]bool{}
-	for _, g := range grants {
-		if covers(g.Path, path, ns) {
-			for _, priv := range translate.Roles[g.Role] {
-				out[priv] = true
-			}
+// roleHas tells whether a built-in role holds a privilege.
+var roleHas = func() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for role, privs := range translate.Roles {
+		out[role] = map[string]bool{}
+		for _, p := range privs {
+			out[role][p] = true
 		}
 	}
 	return out
+}()
+
+// granted tells whether one of the grants gives priv on path; it runs for
+// every row of a list, so it allocates nothing.
+func granted(grants []GrantConfig, path, ns, priv string) bool {
+	for _, g := range grants {
+		if roleHas[g.Role][priv] && covers(g.Path, path, ns) {
+			return true
+		}
+	}
+	return false
 }
 
 // may tells whether the caller holds priv on path; ns is the namespace the
@@ -187,7 +197,7 @@ func (h *APIHandler) decide(q *request, path, ns, priv string, fresh bool) (bool
 		return true, nil
 	}
 	if !p.impersonate {
-		return rolePrivs(p.grants(q.id), path, ns)[priv], nil
+		return granted(p.grants(q.id), path, ns, priv), nil
 	}
 	if _, ok := kube.IdentityFrom(q.ctx()); !ok {
 		return false, kube.ErrNoIdentity

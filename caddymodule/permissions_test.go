@@ -43,7 +43,7 @@ func TestGrantsPropagate(t *testing.T) {
 		{"/", "", "VM.Audit", false},
 		{"/pool/team", "team", "VM.Audit", true},
 	} {
-		if got := rolePrivs(grants, tc.path, tc.ns)[tc.priv]; got != tc.want {
+		if got := granted(grants, tc.path, tc.ns, tc.priv); got != tc.want {
 			t.Errorf("%s (ns %s) %s = %v, want %v", tc.path, tc.ns, tc.priv, got, tc.want)
 		}
 	}

@@ -27,8 +27,16 @@ func (h *APIHandler) visibleGuests(q *request) []kube.Guest {
 		return all
 	}
 	out := all[:0:0]
+	// Under impersonation the answer depends on the namespace only: one
+	// review per namespace and request, not one per VM.
+	byNS := map[string]bool{}
 	for _, g := range all {
-		if h.seesVM(q, g) {
+		ok, known := byNS[g.Namespace()]
+		if !h.perms.impersonate || !known {
+			ok = h.seesVM(q, g)
+			byNS[g.Namespace()] = ok
+		}
+		if ok {
 			out = append(out, g)
 		}
 	}
