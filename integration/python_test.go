@@ -51,3 +51,23 @@ func runProxmoxer(t *testing.T, auth string) {
 
 func TestProxmoxerToken(t *testing.T)    { runProxmoxer(t, "token") }
 func TestProxmoxerPassword(t *testing.T) { runProxmoxer(t, "password") }
+
+// TestPythonConsoleClient opens the serial console and the VNC display of
+// a running VM from Python, with proxmoxer and Debian's python3-websockets,
+// as the README's console example does.
+func TestPythonConsoleClient(t *testing.T) {
+	needTool(t, debianPython, "-c", "import proxmoxer, websockets")
+	a := pve(t)
+	node, id := runningVM(t, a, "py-console", true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	user, tokenName, _ := strings.Cut(tokenID, "!")
+	cmd := exec.CommandContext(ctx, debianPython, "clients/proxmoxer_console.py")
+	cmd.Env = append(os.Environ(), "PVE_HOST="+hostPort(), "PVE_NODE="+node, "PVE_VMID="+id,
+		"PVE_USER="+user, "PVE_TOKEN_NAME="+tokenName, "PVE_TOKEN_VALUE="+tokenSecret)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("python console client: %v", err)
+	}
+}
