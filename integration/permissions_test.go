@@ -26,6 +26,13 @@ const impersonatedSecret = "9e8d7c6b-5a49-4382-a1b0-c9d8e7f6a5b4"
 func TestImpersonationLetsKubernetesDecide(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t, "perm")
+	claims := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "claims-creator"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"create"}}},
+	}
+	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, claims, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	bind := func(user, role string) {
 		rb := &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: strings.NewReplacer(":", "-", "@", "-").Replace(user + "-" + role), Namespace: ns},
@@ -37,6 +44,8 @@ func TestImpersonationLetsKubernetesDecide(t *testing.T) {
 		}
 	}
 	bind("pve:alice@pve", "kubevirt.io:edit")
+	// and may create claims (Datastore.AllocateSpace), but not Secrets.
+	bind("pve:alice@pve", "claims-creator")
 	bind("pve:bob@pve", "kubevirt.io:view")
 	// dave may list VMs and open their VNC display, but not their serial
 	// console: only Kubernetes can tell the two apart.

@@ -287,7 +287,10 @@ func (ts *Tasks) lookup(ctx context.Context, u translate.UPID) *Task {
 func (ts *Tasks) run(ctx context.Context) {
 	tick := time.NewTicker(ts.Interval)
 	defer tick.Stop()
-	lastPrune := time.Time{}
+	// The first prune waits a minute too: a replica that just started
+	// has nothing urgent to delete, and tests that prune by hand are not
+	// raced by it.
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
