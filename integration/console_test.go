@@ -36,23 +36,9 @@ func startReplicas(t *testing.T, n int) []*testcaddy.PVE {
 	t.Helper()
 	var out []*testcaddy.PVE
 	for i := 0; i < n; i++ {
-		dir := t.TempDir()
-		port := testcaddy.FreePort(t)
-		cfg := testcaddy.Globals(dir) + fmt.Sprintf(`
-https://localhost:%d {
-	tls internal
-	proxmox_api {
-		kubeconfig %s
-		token %s %s
-		ticket_key %s
-		auth_failure_delay 0s
-	}
-}
-`, port, env.Kubeconfig, tokenID, tokenSecret, consoleTicketKey)
-		p := testcaddy.StartProcess(t, dir, cfg)
-		a := &testcaddy.PVE{T: t, Base: fmt.Sprintf("https://localhost:%d", port), C: testcaddy.Client(), Auth: testcaddy.TokenAuth(tokenID, tokenSecret)}
-		waitAPI(t, a, p)
-		out = append(out, a)
+		auth := testcaddy.TokenAuth(tokenID, tokenSecret)
+		_, base := apiProcess(t, auth, "token "+tokenID+" "+tokenSecret, "ticket_key "+consoleTicketKey)
+		out = append(out, &testcaddy.PVE{T: t, Base: base, C: testcaddy.Client(), Auth: auth})
 	}
 	return out
 }

@@ -68,30 +68,16 @@ func TestImpersonationLetsKubernetesDecide(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dir := t.TempDir()
-	port := testcaddy.FreePort(t)
-	cfg := testcaddy.Globals(dir) + fmt.Sprintf(`
-https://localhost:%d {
-	tls internal
-	proxmox_api {
-		kubeconfig %s
-		namespace %s
-		impersonate
-		token alice@pve!t %[4]s
-		token bob@pve!t %[4]s
-		token carol@pve!t %[4]s
-		token dave@pve!t %[4]s
-		auth_failure_delay 0s
+	var tokens []string
+	for _, u := range []string{"alice", "bob", "carol", "dave"} {
+		tokens = append(tokens, "token "+u+"@pve!t "+impersonatedSecret)
 	}
-}
-`, port, env.Kubeconfig, ns, impersonatedSecret)
-	proc := testcaddy.StartProcess(t, dir, cfg)
-	base := fmt.Sprintf("https://localhost:%d", port)
+	_, base := apiProcess(t, testcaddy.TokenAuth("alice@pve!t", impersonatedSecret),
+		append([]string{"namespace " + ns, "impersonate"}, tokens...)...)
 	as := func(user string) *testcaddy.PVE {
 		return &testcaddy.PVE{T: t, Base: base, C: testcaddy.Client(), Auth: testcaddy.TokenAuth(user+"@pve!t", impersonatedSecret)}
 	}
 	alice, bob, carol := as("alice"), as("bob"), as("carol")
-	waitAPI(t, alice, proc)
 	var nodes []map[string]any
 	alice.OK("GET", "/nodes", nil, &nodes)
 	node := nodes[0]["node"].(string)

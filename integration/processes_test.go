@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
@@ -13,23 +12,8 @@ import (
 // caddyProcess runs ./caddy (as built by xcaddy.sh) with the API on the
 // shared cluster and the given ticket key.
 func caddyProcess(t *testing.T, ticketKey string) (*testcaddy.Process, string) {
-	dir := t.TempDir()
-	port := testcaddy.FreePort(t)
-	p := testcaddy.StartProcess(t, dir, testcaddy.Globals(dir)+fmt.Sprintf(`
-https://localhost:%d {
-	tls internal
-	proxmox_api {
-		kubeconfig %s
-		token %s %s
-		user %s %s
-		ticket_key %s
-		auth_failure_delay 0s
-	}
-}
-`, port, env.Kubeconfig, tokenID, tokenSecret, userID, userPass, ticketKey))
-	base := fmt.Sprintf("https://localhost:%d", port)
-	waitProcess(t, p, base)
-	return p, base
+	return apiProcess(t, testcaddy.TokenAuth(tokenID, tokenSecret),
+		"token "+tokenID+" "+tokenSecret, "user "+userID+" "+userPass, "ticket_key "+ticketKey)
 }
 
 // waitProcess waits until the process serves the API (its caches synced).
