@@ -62,11 +62,15 @@ func configParams(p params) (map[string]string, []string, *apiError) {
 	if d, ok, e := p.str("delete"); e != nil {
 		return nil, nil, e
 	} else if ok {
-		for _, k := range strings.FieldsFunc(d, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }) {
-			deletes = append(deletes, k)
-		}
+		deletes = splitKeyList(d)
 	}
 	return cfg, deletes, nil
+}
+
+// splitKeyList splits PVE's delete= and revert= lists (pve-configid-list:
+// separated by commas, semicolons or spaces).
+func splitKeyList(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ';' || r == ' ' })
 }
 
 // updateConfig applies PUT/POST …/config: values, delete=, digest=. The
@@ -160,7 +164,7 @@ func (h *APIHandler) rewrite(q *request, g kube.Guest, build func(kube.Guest) (*
 }
 
 func anyPending(rows []translate.PendingEntry, keys string) bool {
-	for _, k := range strings.FieldsFunc(keys, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }) {
+	for _, k := range splitKeyList(keys) {
 		if k == "*" {
 			for _, r := range rows {
 				if r.Pending != nil || r.Delete != 0 {
@@ -293,28 +297,22 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	if err != nil {
 		return nil, paramErr("size", "%v", err)
 	}
-	var cur int64
+	var cur, newSize int64
 	var claim string
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
-		want, size, name, e := resizedVM(g, disk, delta, bytes)
+		want, size, target, name, e := resizedVM(g, disk, delta, bytes)
 		if e == nil && q.c.CachedPVC(g.Namespace(), name) != nil {
 			if sc := dvStorageClass(want, name); sc != "" && !q.c.StorageClassExpands(sc) {
 				return nil, paramErr("disk", "storage '%s' cannot grow volumes (its StorageClass does not allow volume expansion)", sc)
 			}
 		}
-		cur, claim = size, name
+		cur, newSize, claim = size, target, name
 		return want, e
 	}, translate.AnnotationConfig)
 	if e != nil {
 		return nil, e
 	}
 	c := q.c
-	newSize := cur
-	if delta {
-		newSize += bytes
-	} else {
-		newSize = bytes
-	}
 	line := fmt.Sprintf("resize disk %s of VM %d from %s to %s", disk, g.VMID, translate.FormatSize(cur), translate.FormatSize(newSize))
 	return h.begin(q, g, translate.TaskResize, kube.GoalNone, 0, line, func(ctx context.Context) error {
 		err := c.ResizePVC(ctx, g.Namespace(), claim, newSize)
@@ -325,16 +323,16 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	})
 }
 
-// resizedVM returns the VM with disk's DataVolume template grown.
-func resizedVM(g kube.Guest, disk string, delta bool, bytes int64) (*kubevirtv1.VirtualMachine, int64, string, *apiError) {
-	var claim string
+// resizedVM returns the VM with disk's DataVolume template grown, the
+// disk's current size and its new size (whole MiB, as the claim gets it).
+func resizedVM(g kube.Guest, disk string, delta bool, bytes int64) (vm *kubevirtv1.VirtualMachine, cur, target int64, claim string, e *apiError) {
 	for _, v := range g.VM.Spec.Template.Spec.Volumes {
 		if v.Name == disk && v.DataVolume != nil {
 			claim = v.DataVolume.Name
 		}
 	}
 	if claim == "" {
-		return nil, 0, "", paramErr("disk", "disk '%s' does not exist or is not a resizable disk", disk)
+		return nil, 0, 0, "", paramErr("disk", "disk '%s' does not exist or is not a resizable disk", disk)
 	}
 	want := g.VM.DeepCopy()
 	for i := range want.Spec.DataVolumeTemplates {
@@ -343,13 +341,13 @@ func resizedVM(g kube.Guest, disk string, delta bool, bytes int64) (*kubevirtv1.
 			continue
 		}
 		q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
-		cur := q.Value()
-		target := bytes
+		cur = q.Value()
+		target = bytes
 		if delta {
 			target = cur + bytes
 		}
 		if target < cur {
-			return nil, 0, "", paramErr("size", "shrinking disks is not supported")
+			return nil, 0, 0, "", paramErr("size", "shrinking disks is not supported")
 		}
 		target = (target + (1<<20 - 1)) &^ (1<<20 - 1)
 		dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(target, resource.BinarySI)
@@ -358,9 +356,9 @@ func resizedVM(g kube.Guest, disk string, delta bool, bytes int64) (*kubevirtv1.
 			cfg[disk] = replaceSize(v, translate.FormatSize(target))
 			want.Annotations[translate.AnnotationConfig] = translate.EncodeConfig(cfg)
 		}
-		return want, cur, claim, nil
+		return want, cur, target, claim, nil
 	}
-	return nil, 0, "", paramErr("disk", "disk '%s' has no resizable volume", disk)
+	return nil, 0, 0, "", paramErr("disk", "disk '%s' has no resizable volume", disk)
 }
 
 // postQemuTemplate turns a stopped VM into a template: labelled, Halted,
