@@ -20,6 +20,9 @@ type apiError struct {
 	Code    int
 	Message string
 	Errors  map[string]string
+	// kubeDenied marks a 403 of Kubernetes itself (not of this API's own
+	// checks), which the router words as PVE does.
+	kubeDenied bool
 }
 
 func (e *apiError) Error() string { return e.Message }

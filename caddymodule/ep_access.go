@@ -79,7 +79,7 @@ func (h *APIHandler) postTicket(q *request) (any, *apiError) {
 		"ticket":              ticket,
 		"CSRFPreventionToken": csrf,
 		"clustername":         h.ClusterName,
-		"cap":                 capabilities(h.permissionsOf(q, "")),
+		"cap":                 h.loginCapabilities(q),
 	}, nil
 }
 
@@ -110,6 +110,16 @@ func capabilities(perms map[string]map[string]int) map[string]map[string]int {
 		}
 	}
 	return out
+}
+
+// loginCapabilities is the caller's cap at login. Under impersonation it
+// takes access reviews, so while the cluster is down (login still works
+// then) the answer has none rather than waiting for every review to fail.
+func (h *APIHandler) loginCapabilities(q *request) map[string]map[string]int {
+	if h.perms.impersonate && q.c.Healthy() != nil {
+		return capabilities(nil)
+	}
+	return capabilities(h.permissionsOf(q, ""))
 }
 
 // knownUsers lists every user id the config knows: login users and token

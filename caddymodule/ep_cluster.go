@@ -56,8 +56,9 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 		}
 	}
 	if typ == "" || typ == "storage" {
+		storages := h.visibleStorage(q)
 		for _, n := range h.nodes() {
-			for _, s := range h.visibleStorage(q) {
+			for _, s := range storages {
 				out = append(out, map[string]any{
 					"id": "storage/" + n.Name + "/" + s.Storage, "type": "storage", "node": n.Name,
 					"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,

@@ -63,14 +63,6 @@ func claimExpiry(issued time.Time) time.Time {
 	return issued.Add(translate.ConsoleTicketLifetime + translate.ConsoleTicketSkew + time.Minute)
 }
 
-// stripConsolePassword drops the "<8 chars>:" VNC password prefix.
-func stripConsolePassword(ticket string) string {
-	if len(ticket) > 8 && ticket[8] == ':' && !strings.HasPrefix(ticket, "PVEVNC:") {
-		return ticket[9:]
-	}
-	return ticket
-}
-
 func (h *APIHandler) postQemuVNCProxy(q *request) (any, *apiError) {
 	if e := q.p.allowOnly("node", "vmid", "websocket", "generate-password"); e != nil {
 		return nil, e
@@ -243,7 +235,7 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 	if !websocket.IsWebSocketUpgrade(q.r) {
 		return nil, newError(http.StatusBadRequest, "websocket upgrade required")
 	}
-	bare := stripConsolePassword(vncticket)
+	bare := translate.StripConsolePassword(vncticket)
 	first, err := q.c.ConsoleClaims.Claim(q.ctx(), bare, claimExpiry(issued))
 	if err != nil {
 		h.logger.Warn("console ticket not checked", zap.String("user", user), zap.String("path", path), zap.Error(err))
@@ -331,7 +323,7 @@ func consoleError(g kube.Guest, err error) *apiError {
 	}
 	var ae *kvcorev1.AsyncSubresourceError
 	if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusForbidden {
-		return newError(http.StatusForbidden, "Permission check failed (%v)", err)
+		return kubeDenied(err)
 	}
 	if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusNotFound {
 		// KubeVirt's client words every 404 as "Virtual Machine not found",

@@ -174,6 +174,13 @@ func kubeTaskError(err error) error {
 	return err
 }
 
+// kubeDenied is Kubernetes' refusal of a call made for the caller.
+func kubeDenied(err error) *apiError {
+	e := newError(http.StatusForbidden, "Permission check failed (%v)", err)
+	e.kubeDenied = true
+	return e
+}
+
 // kubeError answers a failed synchronous Kubernetes call.
 func kubeError(err error) *apiError {
 	var taken *kube.VMIDTakenError
@@ -181,7 +188,7 @@ func kubeError(err error) *apiError {
 	case errors.As(err, &taken):
 		return newError(http.StatusInternalServerError, "%v", taken)
 	case apierrors.IsForbidden(err):
-		return newError(http.StatusForbidden, "Permission check failed (%v)", err)
+		return kubeDenied(err)
 	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
 		return newError(http.StatusInternalServerError, "%v", err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),

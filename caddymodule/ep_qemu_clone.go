@@ -46,12 +46,9 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 		}
 		node = t
 	}
-	ns := g.Namespace()
-	if p := q.p["pool"]; p != "" {
-		if !q.c.Serves(p) {
-			return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", p)
-		}
-		ns = p
+	ns := cloneNamespace(q, g)
+	if !q.c.Serves(ns) {
+		return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", ns)
 	}
 	if s := q.p["storage"]; s != "" && !q.c.StorageClassExists(s) {
 		return nil, paramErr("storage", "storage '%s' does not exist", s)

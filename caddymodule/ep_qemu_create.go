@@ -28,16 +28,7 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	ns := h.DefaultPool
-	if ns == "" {
-		ns = "default"
-		if len(h.Namespaces) > 0 {
-			ns = h.Namespaces[0]
-		}
-	}
-	if pool, ok := q.p["pool"]; ok && pool != "" {
-		ns = pool
-	}
+	ns := h.createNamespace(q)
 	if !q.c.Serves(ns) {
 		return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", ns)
 	}

@@ -182,15 +182,11 @@ func granted(grants []GrantConfig, path, ns, priv string) bool {
 	return false
 }
 
-// may tells whether the caller holds priv on path; ns is the namespace the
-// path lives in ("" for cluster-wide paths). An access review that fails
-// counts as a refusal and is returned so that endpoints can answer 503.
-func (h *APIHandler) may(q *request, path, ns, priv string) (bool, error) {
-	return h.decide(q, path, ns, priv, false)
-}
-
-// decide is may; fresh asks the apiserver now instead of reusing a recent
-// review, for checks in front of a write.
+// decide tells whether the caller holds priv on path; ns is the
+// namespace the path lives in ("" for cluster-wide paths). fresh asks the
+// apiserver now instead of reusing a recent review, for checks in front of
+// a write. An access review that fails counts as a refusal and is returned
+// so that endpoints can answer 503.
 func (h *APIHandler) decide(q *request, path, ns, priv string, fresh bool) (bool, error) {
 	p := h.perms
 	if h.auth.noAuth || p.allAdmin {
@@ -199,23 +195,25 @@ func (h *APIHandler) decide(q *request, path, ns, priv string, fresh bool) (bool
 	if !p.impersonate {
 		return granted(p.grants(q.id), path, ns, priv), nil
 	}
-	if _, ok := kube.IdentityFrom(q.ctx()); !ok {
-		return false, kube.ErrNoIdentity
-	}
 	a := kube.PrivilegeAccess(priv, ns, q.c.HasVirtAPI(q.ctx()))
-	if fresh {
+	if fresh && !q.reviewed[a] {
 		// In front of a write only the apiserver's answer of this moment
 		// counts, never a remembered one; the write itself is then made as
-		// the caller, so Kubernetes decides twice.
+		// the caller, so Kubernetes decides twice. Privileges that map to
+		// the same access (every VM.Config.* is a VM patch) ask once.
+		if q.reviewed == nil {
+			q.reviewed = map[kube.Access]bool{}
+		}
+		q.reviewed[a] = true
 		return q.c.CanINow(q.ctx(), a)
 	}
 	return q.c.CanI(q.ctx(), a)
 }
 
-// sees is may for filtering lists: a failed review hides the row (and is
+// sees is decide for filtering lists: a failed review hides the row (and is
 // logged), it never shows it.
 func (h *APIHandler) sees(q *request, path, ns, priv string) bool {
-	ok, err := h.may(q, path, ns, priv)
+	ok, err := h.decide(q, path, ns, priv, false)
 	if err != nil {
 		h.logger.Warn("access review failed; hiding the row", zap.String("user", q.id.ID()), zap.String("path", path), zap.Error(err))
 	}
@@ -281,16 +279,22 @@ type needFunc func(h *APIHandler, q *request) []check
 
 func vmNeeds(privs ...string) needFunc {
 	return func(h *APIHandler, q *request) []check {
-		id, err := translate.ParseVMID(q.r.PathValue("vmid"))
-		if err != nil {
+		g, ok := pathGuest(q)
+		if !ok {
 			return nil
 		}
-		g, err := q.c.Guest(id)
-		if err != nil {
-			return nil
-		}
-		return []check{{path: "/vms/" + strconv.Itoa(id), ns: g.Namespace(), privs: privs}}
+		return []check{{path: "/vms/" + strconv.Itoa(g.VMID), ns: g.Namespace(), privs: privs}}
 	}
+}
+
+// pathGuest is the VM the path's {vmid} names, if it exists.
+func pathGuest(q *request) (kube.Guest, bool) {
+	id, err := translate.ParseVMID(q.r.PathValue("vmid"))
+	if err != nil {
+		return kube.Guest{}, false
+	}
+	g, err := q.c.Guest(id)
+	return g, err == nil
 }
 
 func nodeNeeds(privs ...string) needFunc {
@@ -318,7 +322,7 @@ func configNeeds(h *APIHandler, q *request) []check {
 		case "digest", "skiplock", "background_delay", "node", "vmid":
 			continue
 		case "delete", "revert":
-			for _, d := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }) {
+			for _, d := range splitKeyList(v) {
 				set[translate.ConfigKeyPrivilege(d, "")] = true
 			}
 			continue
@@ -382,15 +386,21 @@ func cloneNeeds(h *APIHandler, q *request) []check {
 	if err != nil {
 		return src
 	}
-	ns := src[0].ns
-	if p := q.p["pool"]; p != "" {
-		ns = p
-	}
+	g, _ := pathGuest(q)
+	ns := cloneNamespace(q, g)
 	out := append(src, check{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"VM.Allocate"}})
 	if st := q.p["storage"]; st != "" {
 		out = append(out, check{path: "/storage/" + st, ns: ns, privs: []string{"Datastore.AllocateSpace"}})
 	}
 	return out
+}
+
+// cloneNamespace is the namespace a clone of g goes to: pool=, else g's.
+func cloneNamespace(q *request, g kube.Guest) string {
+	if p := q.p["pool"]; p != "" {
+		return p
+	}
+	return g.Namespace()
 }
 
 // createNamespace is the namespace a new VM goes to: pool=, else the
@@ -459,7 +469,7 @@ func (h *APIHandler) mayTask(q *request, t *kube.Task) bool {
 	if owner == q.id.ID() || owner == q.id.UserID || (q.id.TokenID == "" && strings.HasPrefix(owner, q.id.UserID+"!")) {
 		return true
 	}
-	return h.sees(q, "/nodes/"+t.UPID.Node, "", "Sys.Audit")
+	return h.seesNode(q, t.UPID.Node)
 }
 
 // actAs puts the caller's Kubernetes identity on the request, when the

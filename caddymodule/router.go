@@ -20,8 +20,11 @@ type request struct {
 	// checks are the permissions the route required; a 403 from
 	// Kubernetes is reported against them, as PVE words it.
 	checks []check
-	h      *APIHandler
-	c      *kube.Cluster
+	// reviewed are the accesses already asked of the apiserver for this
+	// request.
+	reviewed map[kube.Access]bool
+	h        *APIHandler
+	c        *kube.Cluster
 }
 
 func (q *request) ctx() context.Context { return q.r.Context() }
@@ -102,7 +105,7 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 			return
 		}
 		if e != nil {
-			if e.Code == http.StatusForbidden && len(q.checks) > 0 && !strings.HasPrefix(e.Message, "Permission check failed (/") {
+			if e.kubeDenied && len(q.checks) > 0 {
 				// Kubernetes refused the impersonated call: its RBAC is finer
 				// than the review or changed since.
 				h.logger.Info("kubernetes refused the caller", zap.String("user", q.id.ID()), zap.String("detail", e.Message))

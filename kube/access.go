@@ -64,7 +64,7 @@ func (c *Cluster) canI(ctx context.Context, a Access, cached bool) (bool, error)
 	if !ok {
 		return false, ErrNoIdentity
 	}
-	k := act.id.key() + "\x01" + a.Namespace + "\x01" + a.Group + "\x01" + a.Resource + "\x01" + a.Subresource + "\x01" + a.Verb
+	k := act.key + "\x01" + a.Namespace + "\x01" + a.Group + "\x01" + a.Resource + "\x01" + a.Subresource + "\x01" + a.Verb
 	now := time.Now()
 	c.access.mu.Lock()
 	e, hit := c.access.m[k]

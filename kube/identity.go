@@ -32,19 +32,21 @@ type identityKey struct{}
 // actingAs is what a request context carries: the identity and its
 // clients, built once when the request is authenticated.
 type actingAs struct {
-	id Identity
-	cl *clients
+	id  Identity
+	key string // id.key(), computed once: access reviews look it up per row
+	cl  *clients
 }
 
 // WithIdentity returns a context whose Kubernetes calls impersonate id.
 // It fails when the cluster cannot impersonate (no rest config), so that
 // a request can never fall back to the plugin's own rights.
 func (c *Cluster) WithIdentity(ctx context.Context, id Identity) (context.Context, error) {
-	cl, err := c.clientsFor(id)
+	k := id.key()
+	cl, err := c.clientsFor(id, k)
 	if err != nil {
 		return nil, err
 	}
-	return context.WithValue(ctx, identityKey{}, actingAs{id: id, cl: cl}), nil
+	return context.WithValue(ctx, identityKey{}, actingAs{id: id, key: k, cl: cl}), nil
 }
 
 // IdentityFrom returns the identity ctx carries, if any.
@@ -99,15 +101,15 @@ type identityClients struct {
 // cluster that has no rest config to impersonate with (simulated clusters).
 var ErrNoImpersonation = fmt.Errorf("impersonation needs a real cluster connection (a kubeconfig or in-cluster config)")
 
-// clientsFor returns (and caches) the clients impersonating id.
-func (c *Cluster) clientsFor(id Identity) (*clients, error) {
+// clientsFor returns (and caches under k, id's key) the clients
+// impersonating id.
+func (c *Cluster) clientsFor(id Identity, k string) (*clients, error) {
 	if id.User == "" {
 		return nil, fmt.Errorf("impersonation needs a user name")
 	}
 	if c.RESTConfig == nil {
 		return nil, ErrNoImpersonation
 	}
-	k := id.key()
 	c.idClients.mu.Lock()
 	defer c.idClients.mu.Unlock()
 	if cl, ok := c.idClients.m[k]; ok {

@@ -125,12 +125,6 @@ func (c *Cluster) ReplaceVM(ctx context.Context, g Guest, want *kubevirtv1.Virtu
 // ErrModified means the VM changed between read and write.
 var ErrModified = errors.New("detected modified configuration - file changed by other user? Try again.")
 
-// PVC returns a PersistentVolumeClaim (a direct read: claims are not
-// cached, as only writes need them).
-func (c *Cluster) PVC(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
-	return c.kube(ctx).CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-}
-
 // ResizePVC grows a claim's storage request.
 func (c *Cluster) ResizePVC(ctx context.Context, ns, name string, bytes int64) error {
 	body := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, resource.NewQuantity(bytes, resource.BinarySI).String())

@@ -81,6 +81,15 @@ func consoleMAC(key []byte, plain, user, path string, port int) []byte {
 	return hmacSHA256(key, msg)
 }
 
+// StripConsolePassword drops the "<8 chars>:" VNC password newer PVE
+// versions put in front of a console ticket.
+func StripConsolePassword(ticket string) string {
+	if len(ticket) > consolePasswordLen && ticket[consolePasswordLen] == ':' && !strings.HasPrefix(ticket, consoleTicketPrefix) {
+		return ticket[consolePasswordLen+1:]
+	}
+	return ticket
+}
+
 // VerifyConsoleTicket checks a ticket made by SignConsoleTicket for user,
 // path and port at now, and returns when it was issued. A leading
 // "<8 chars>:" (the generated VNC password newer PVE prepends) is ignored.
@@ -88,9 +97,7 @@ func consoleMAC(key []byte, plain, user, path string, port int) []byte {
 // Errors wrap ErrTicketMalformed, ErrTicketSignature, ErrTicketExpired or
 // ErrTicketNotYetValid. Single use is the caller's business.
 func VerifyConsoleTicket(key []byte, ticket, user, path string, port int, now time.Time) (time.Time, error) {
-	if len(ticket) > consolePasswordLen && ticket[consolePasswordLen] == ':' && !strings.HasPrefix(ticket, consoleTicketPrefix) {
-		ticket = ticket[consolePasswordLen+1:]
-	}
+	ticket = StripConsolePassword(ticket)
 	rest, ok := strings.CutPrefix(ticket, consoleTicketPrefix)
 	if !ok {
 		return time.Time{}, fmt.Errorf("%w: missing %q prefix", ErrTicketMalformed, consoleTicketPrefix)
