@@ -86,7 +86,10 @@ type WakeHandler struct {
 	binding      *lxc.Binding
 	guest        *lxc.Guest
 	hold         time.Duration
-	logger       *zap.Logger
+	// port is Port with its default: the guest's Upstream(0) would give
+	// the port of whichever handler of the guest was provisioned last.
+	port   int
+	logger *zap.Logger
 }
 
 // Response header marking how a request met the guest: "cold" when it
@@ -150,6 +153,7 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	cfg, _ := h.config()
+	h.port = cfg.Port
 	h.hold = time.Duration(h.HoldTimeout)
 	if h.hold == 0 {
 		h.hold = time.Minute
@@ -234,7 +238,7 @@ func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 		}
 		if match {
 			// Neither wakes nor extends: no Begin, no Wake.
-			if up, ok := g.Upstream(h.Port); ok {
+			if up, ok := g.Upstream(h.port); ok {
 				h.setUpstream(r, up, false)
 				return next.ServeHTTP(w, r)
 			}
@@ -246,7 +250,7 @@ func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 	}
 	end := g.Begin(isStream(r))
 	defer end()
-	if up, ok := g.Upstream(h.Port); ok {
+	if up, ok := g.Upstream(h.port); ok {
 		h.setUpstream(r, up, false)
 		return next.ServeHTTP(w, r)
 	}
@@ -285,7 +289,7 @@ func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 
 // proxyCold passes on a request that waited for a wake.
 func (h *WakeHandler) proxyCold(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	up, ok := h.guest.Upstream(h.Port)
+	up, ok := h.guest.Upstream(h.port)
 	if !ok {
 		// Stopped again in the meantime (e.g. by the admin API).
 		return h.unavailable(w, r, http.StatusServiceUnavailable, 2*time.Second, "The service went to sleep again. Try again.")

@@ -136,7 +136,7 @@ func (h *WakeHandler) serveEvents(w http.ResponseWriter, r *http.Request) error 
 	}
 	hist, ch, cancel := h.guest.Subscribe()
 	defer cancel()
-	if _, ready := h.guest.Upstream(h.Port); ready {
+	if _, ready := h.guest.Upstream(h.port); ready {
 		send(lxc.Event{Time: time.Now(), Phase: "ready", Message: "Ready", Progress: 100})
 		return nil
 	}
