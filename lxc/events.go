@@ -52,7 +52,18 @@ func (p *progress) emit(e Event) {
 		case ch <- e:
 		default:
 			// A slow subscriber misses intermediate steps; the final
-			// event is what matters and the page reloads on it anyway.
+			// event is what matters (the page reloads on it), so it
+			// takes the place of the oldest one waiting.
+			if e.Final {
+				select {
+				case <-ch:
+				default:
+				}
+				select {
+				case ch <- e:
+				default:
+				}
+			}
 		}
 	}
 }

@@ -37,8 +37,6 @@ type WakeError struct {
 	RetryAfter time.Duration
 	// Timeout is set when wake_timeout expired.
 	Timeout bool
-	// Backoff is set when no wake was tried because a recent one failed.
-	Backoff bool
 }
 
 func (e *WakeError) Error() string { return e.Err.Error() }
@@ -72,7 +70,7 @@ func (g *Guest) wakeLocked(reason string, force bool) *WakeOp {
 	if g.state == StateFailed && now.Before(g.failedUntil) && !force {
 		return finishedOp(&WakeError{
 			Err:        fmt.Errorf("the last start failed, next try in %s: %s", g.failedUntil.Sub(now).Round(time.Second), g.lastErr),
-			RetryAfter: g.failedUntil.Sub(now), Backoff: true,
+			RetryAfter: g.failedUntil.Sub(now),
 		})
 	}
 	op := &WakeOp{done: make(chan struct{}), started: now}
@@ -147,13 +145,19 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 		g.lastErr = ""
 		g.external = false
 		g.setStateLocked(StateReady)
-		g.readySince = now
 		g.lastActivity = now
 		g.heldDeps = append(g.heldDeps, deps...)
 		g.armIdleLocked(0)
 	}
-	close(op.done)
 	retry := g.failedUntil.Sub(now)
+	// The final event goes out before the wake is over: a wake started
+	// right after must not find this one's ending in its own history.
+	if err != nil {
+		g.emit(Event{Phase: "error", Message: err.Error(), Progress: 100, Final: true, RetryAfter: retry})
+	} else {
+		g.emit(Event{Phase: "ready", Message: "Ready", Progress: 100, Final: true})
+	}
+	close(op.done)
 	t := g.target
 	g.mu.Unlock()
 
@@ -163,10 +167,8 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 		metrics.wakeFailures.WithLabelValues(g.clusterName, g.ref).Inc()
 		g.logger.Error("wake failed", zap.Error(err), zap.Duration("duration", elapsed),
 			zap.String("node", t.node), zap.Int("vmid", t.vmid), zap.Duration("retry_in", retry))
-		g.emit(Event{Phase: "error", Message: err.Error(), Progress: 100, Final: true, RetryAfter: retry})
 	} else {
 		g.logger.Info("guest ready", zap.Duration("duration", elapsed), zap.String("node", t.node), zap.Int("vmid", t.vmid))
-		g.emit(Event{Phase: "ready", Message: "Ready", Progress: 100, Final: true})
 	}
 	metrics.wakeDuration.WithLabelValues(g.clusterName, g.ref, result).Observe(elapsed.Seconds())
 }
