@@ -38,15 +38,14 @@ type Cluster struct {
 	startOnce sync.Once
 	ready     chan struct{} // closed after the first successful poll
 
-	mu       sync.RWMutex
-	client   *proxmox.Client
-	nodes    []string
-	byVMID   map[int]Resource
-	byName   map[string][]Resource
-	lastPoll time.Time
-	pollErr  error
-	subs     map[*Guest]struct{}
-	simKey   string
+	mu      sync.RWMutex
+	client  *proxmox.Client
+	nodes   []string
+	byVMID  map[int]Resource
+	byName  map[string][]Resource
+	pollErr error
+	subs    map[*Guest]struct{}
+	simKey  string
 }
 
 // AcquireCluster returns the runtime for cfg, shared with any config
@@ -94,9 +93,6 @@ func (c *Cluster) Destruct() error {
 
 // Name is the cluster's configured name.
 func (c *Cluster) Name() string { return c.cfg.Name }
-
-// PollInterval is the configured poll period.
-func (c *Cluster) PollInterval() time.Duration { return c.cfg.PollInterval }
 
 // Start begins node discovery and polling, once per runtime.
 func (c *Cluster) Start() {
@@ -231,7 +227,7 @@ func (c *Cluster) poll() {
 	}
 	c.mu.Lock()
 	recovered := c.pollErr != nil
-	c.byVMID, c.byName, c.lastPoll, c.pollErr = byVMID, byName, now, nil
+	c.byVMID, c.byName, c.pollErr = byVMID, byName, nil
 	subs := make([]*Guest, 0, len(c.subs))
 	for g := range c.subs {
 		subs = append(subs, g)
@@ -296,14 +292,6 @@ func (c *Cluster) Lookup(ref string) (Resource, error) {
 		return rs[0], nil
 	}
 	return Resource{}, fmt.Errorf("name %q is ambiguous (%d guests): use the vmid", ref, len(rs))
-}
-
-// LastPoll is the time of the last successful poll and the error of the
-// last failed one since.
-func (c *Cluster) LastPoll() (time.Time, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.lastPoll, c.pollErr
 }
 
 func (c *Cluster) subscribe(g *Guest) {

@@ -54,7 +54,6 @@ type Guest struct {
 
 	inflight, streams, held int
 	lastActivity            time.Time
-	readySince              time.Time
 	idleTimer               *time.Timer
 	idleArmed               bool
 	wake                    *WakeOp
@@ -220,17 +219,8 @@ func (g *Guest) currentLocked() *Binding {
 	return &Binding{g: g, cfg: GuestConfig{}.WithDefaults()}
 }
 
-// Key is "cluster/ref".
-func (g *Guest) Key() string { return g.key }
-
 // Ref is the vmid or name the guest was configured with.
 func (g *Guest) Ref() string { return g.ref }
-
-// ClusterName is the guest's cluster.
-func (g *Guest) ClusterName() string { return g.clusterName }
-
-// Logger is the guest's logger.
-func (g *Guest) Logger() *zap.Logger { return g.logger }
 
 // State is the current state.
 func (g *Guest) State() State {

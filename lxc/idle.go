@@ -17,15 +17,17 @@ const keepWarmRecheck = time.Minute
 // the idle timeout since the last activity has passed (d == 0). The check
 // itself decides; arming is cheap and never stops anything.
 func (g *Guest) armIdleLocked(d time.Duration) {
+	// Checked first: every request's end lands here, and the timer is
+	// almost always armed already.
+	if g.idleArmed {
+		return
+	}
 	cfg := g.currentLocked().cfg
 	if cfg.IdleTimeout <= 0 {
 		return
 	}
 	if d == 0 {
 		d = max(time.Until(g.lastActivity.Add(cfg.IdleTimeout)), time.Millisecond)
-	}
-	if g.idleArmed {
-		return
 	}
 	g.idleArmed = true
 	if g.idleTimer == nil {

@@ -43,12 +43,10 @@ func (c *Cluster) simulatedClient() (*proxmox.Client, error) {
 	if !loaded {
 		var guests []zap.Field
 		for _, id := range rt.sim.GuestIDs() {
-			guests = append(guests, zap.String(itoa(id), rt.sim.Addr(id)))
+			guests = append(guests, zap.String(strconv.Itoa(id), rt.sim.Addr(id)))
 		}
 		c.logger.Warn("SIMULATED Proxmox VE cluster: no real guests are started or stopped; remove 'simulate' and set url/token_id/token_secret for a real cluster",
 			zap.String("api", rt.url), zap.Dict("guests", guests...))
 	}
 	return newClient(c.cfg, []string{rt.url}, rt.sim.TokenID(), rt.sim.TokenSecret())
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -311,19 +310,6 @@ func (s *Sim) StopGuest(vmid int) error {
 	g.status, g.paused = "stopped", false
 	g.gen++
 	g.unserveLocked()
-	return nil
-}
-
-// MoveGuest moves a stopped or running guest to another node, like a
-// migration, instantly.
-func (s *Sim) MoveGuest(vmid int, node string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g := s.guests[vmid]
-	if g == nil || !s.hasNode(node) {
-		return errors.New("pvesim: no such guest or node")
-	}
-	g.spec.Node = node
 	return nil
 }
 
