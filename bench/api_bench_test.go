@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,7 +126,7 @@ func waitVMs(b *testing.B, s *server, n int) {
 func run(b *testing.B, s *server, path string, auth bool) {
 	b.ReportAllocs()
 	b.SetParallelism(4)
-	var bytes int64
+	var bytes atomic.Int64 // written by the parallel clients
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		req, _ := http.NewRequest("GET", s.base+path, nil)
@@ -144,12 +145,12 @@ func run(b *testing.B, s *server, path string, auth bool) {
 				b.Errorf("%s: %s", path, res.Status)
 				return
 			}
-			bytes = n
+			bytes.Store(n)
 		}
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
-	b.SetBytes(bytes)
+	b.SetBytes(bytes.Load())
 }
 
 // BenchmarkAPI: per VM count, the API endpoint and respond with its body.

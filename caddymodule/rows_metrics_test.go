@@ -122,6 +122,7 @@ func TestRowsCarryKubeVirtMetrics(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	now := time.Now()
+	seenVM, seenNode := false, false
 	for _, g := range c.Guests() {
 		f := factsOf(c, g, now)
 		st, res := vmStatus(g, f), vmResource(g, f)
@@ -131,6 +132,7 @@ func TestRowsCarryKubeVirtMetrics(t *testing.T) {
 			}
 			continue
 		}
+		seenVM = true
 		if st.NetIn != 1 || st.NetOut != 2 || st.DiskRead != 3 || st.DiskWrite != 4 ||
 			*res.NetIn != 1 || *res.NetOut != 2 || *res.DiskRead != 3 || *res.DiskWrite != 4 {
 			t.Errorf("counters: status %+v resource %v %v %v %v", st, *res.NetIn, *res.NetOut, *res.DiskRead, *res.DiskWrite)
@@ -147,11 +149,15 @@ func TestRowsCarryKubeVirtMetrics(t *testing.T) {
 			}
 			continue
 		}
+		seenNode = true
 		if got := loadavg(row); strings.Join(got, " ") != "1.50 0.25 0.12" {
 			t.Errorf("loadavg %v", got)
 		}
 		if row.Uptime < 3590 || row.Uptime > 3700 || row.Disk != 10 || row.MaxDisk != 40 {
 			t.Errorf("node row %+v", row)
 		}
+	}
+	if !seenVM || !seenNode {
+		t.Fatalf("debian-12 row seen %v, node %s seen %v: nothing was checked", seenVM, kubeNode, seenNode)
 	}
 }

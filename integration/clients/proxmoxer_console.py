@@ -18,6 +18,8 @@ user, token_name, token_value = os.environ["PVE_USER"], os.environ["PVE_TOKEN_NA
 hostname, port = host.rsplit(":", 1)
 px = ProxmoxAPI(hostname, port=int(port), user=user, token_name=token_name, token_value=token_value, verify_ssl=False)
 auth = {"Authorization": f"PVEAPIToken={user}!{token_name}={token_value}"}
+# websockets 14 renamed extra_headers (Debian 12 ships 10.4, Debian 13 15.x).
+headers_kw = "additional_headers" if int(websockets.__version__.split(".")[0]) >= 14 else "extra_headers"
 tls = ssl.create_default_context()
 tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE
 
@@ -29,7 +31,7 @@ def url(r):
 
 async def serial():
     r = px.nodes(node).qemu(vmid).termproxy.post()
-    async with websockets.connect(url(r), subprotocols=["binary"], ssl=tls, extra_headers=auth) as ws:
+    async with websockets.connect(url(r), subprotocols=["binary"], ssl=tls, **{headers_kw: auth}) as ws:
         assert ws.subprotocol == "binary", ws.subprotocol
         await ws.send(f"{r['user']}:{r['ticket']}\n".encode())
         ok = await ws.recv()
@@ -46,7 +48,7 @@ async def serial():
 
 async def vnc():
     r = px.nodes(node).qemu(vmid).vncproxy.post(websocket=1)
-    async with websockets.connect(url(r), subprotocols=["binary"], ssl=tls, extra_headers=auth) as ws:
+    async with websockets.connect(url(r), subprotocols=["binary"], ssl=tls, **{headers_kw: auth}) as ws:
         greeting = await asyncio.wait_for(ws.recv(), 20)
         assert greeting == b"RFB 003.008\n", greeting
     print("vnc OK:", greeting)
