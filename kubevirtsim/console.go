@@ -51,20 +51,16 @@ type ConsoleServer struct {
 	mu     sync.Mutex
 	active map[string]*websocket.Conn
 
-	once sync.Once
-	ln   *pipeListener
-	srv  *http.Server
+	// ln and srv start with the first Dial, under mu; closed refuses
+	// Dials after Close, which would leave a server nobody stops.
+	ln     *pipeListener
+	srv    *http.Server
+	closed bool
 }
 
 // NewConsoleServer serves the console subresources of the VMIs in kv.
 func NewConsoleServer(kv kubevirt.Interface) *ConsoleServer {
 	return &ConsoleServer{kv: kv, active: map[string]*websocket.Conn{}}
-}
-
-// IsConsolePath reports whether p is a vnc or console subresource path.
-func IsConsolePath(p string) bool {
-	_, _, _, ok := parseConsolePath(p)
-	return ok
 }
 
 func parseConsolePath(p string) (ns, name, kind string, ok bool) {
@@ -145,13 +141,20 @@ func (s *ConsoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // simulator's replacement for kvcorev1.AsyncSubresourceHelper. Its
 // signature matches kube.ConsoleDialer.
 func (s *ConsoleServer) Dial(ctx context.Context, ns, name, kind string) (*websocket.Conn, error) {
-	s.once.Do(func() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errors.New("console server closed")
+	}
+	if s.srv == nil {
 		s.ln = newPipeListener()
 		s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = s.srv.Serve(s.ln) }()
-	})
+		go func(srv *http.Server, ln *pipeListener) { _ = srv.Serve(ln) }(s.srv, s.ln)
+	}
+	ln := s.ln
+	s.mu.Unlock()
 	d := websocket.Dialer{
-		NetDialContext:   func(ctx context.Context, _, _ string) (net.Conn, error) { return s.ln.dial(ctx) },
+		NetDialContext:   func(ctx context.Context, _, _ string) (net.Conn, error) { return ln.dial(ctx) },
 		Subprotocols:     []string{PlainStreamProtocol},
 		HandshakeTimeout: 10 * time.Second,
 	}
@@ -174,13 +177,15 @@ func (s *ConsoleServer) Dial(ctx context.Context, ns, name, kind string) (*webso
 // Close stops the in-process listener and ends every session.
 func (s *ConsoleServer) Close() error {
 	s.mu.Lock()
+	s.closed = true
 	for k, c := range s.active {
 		_ = c.Close()
 		delete(s.active, k)
 	}
+	srv := s.srv
 	s.mu.Unlock()
-	if s.srv != nil {
-		return s.srv.Close()
+	if srv != nil {
+		return srv.Close()
 	}
 	return nil
 }

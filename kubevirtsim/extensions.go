@@ -3,7 +3,6 @@ package kubevirtsim
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,7 +57,6 @@ type extensions struct {
 	// target to stop (KubeVirt's DefaultGracePeriod; tests shorten it).
 	restoreGrace time.Duration
 
-	mu   sync.Mutex
 	seen firstSight // first sight of a DataVolume/snapshot/restore
 }
 
@@ -371,14 +369,6 @@ func NewVirtualMachineCloneInformer(kv kubevirt.Interface, ns string, resync tim
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return kv.CloneV1beta1().VirtualMachineClones(ns).Watch(ctx, o)
 		})
-}
-
-func newInformer(client any, obj runtime.Object, resync time.Duration,
-	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), obj, resync,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 // pvcStorageClass returns the StorageClass name of a PVC ("" when unset).

@@ -23,29 +23,33 @@ import (
 // indexed by namespace. It works against a real API server and against the
 // clientset returned by NewFakeClients.
 func NewVirtualMachineInformer(kv kubevirt.Interface, ns string, resync time.Duration) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return newInformer(kv, &virtv1.VirtualMachine{}, resync,
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return kv.KubevirtV1().VirtualMachines(ns).List(ctx, opts)
 		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, opts)
-		},
-	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, kv),
-		&virtv1.VirtualMachine{}, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		})
 }
 
 // NewVirtualMachineInstanceInformer is NewVirtualMachineInformer for
 // VirtualMachineInstances.
 func NewVirtualMachineInstanceInformer(kv kubevirt.Interface, ns string, resync time.Duration) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return newInformer(kv, &virtv1.VirtualMachineInstance{}, resync,
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, opts)
 		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return kv.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, opts)
-		},
-	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, kv),
-		&virtv1.VirtualMachineInstance{}, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		})
+}
+
+// newInformer is a namespace-indexed informer over list and watch, with
+// watch-list semantics where the client supports them.
+func newInformer(client any, obj runtime.Object, resync time.Duration,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), obj, resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }

@@ -296,18 +296,7 @@ func (c *Controller) patchVMFinalizers(ctx context.Context, s *vmSync, want []st
 	if equality.Semantic.DeepEqual(s.vm.Finalizers, want) || (len(want) == 0 && len(s.vm.Finalizers) == 0) {
 		return nil
 	}
-	var old any
-	if s.vm.Finalizers != nil {
-		old = s.vm.Finalizers
-	}
-	var value any = []string{}
-	if want != nil {
-		value = want
-	}
-	patch := mustJSONPatch(
-		patchOp{Op: "test", Path: "/metadata/finalizers", Value: old},
-		patchOp{Op: "replace", Path: "/metadata/finalizers", Value: value},
-	)
+	patch := finalizerPatch(s.vm.Finalizers, want)
 	res, err := c.kv.KubevirtV1().VirtualMachines(s.vm.Namespace).Patch(ctx, s.vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return c.vmWriteErr(s, err)

@@ -220,8 +220,7 @@ func (c *Controller) ownerGone(ctx context.Context, ns string, ref *metav1.Owner
 }
 
 func isControlledBy(vmi *virtv1.VirtualMachineInstance, vm *virtv1.VirtualMachine) bool {
-	ref := metav1.GetControllerOf(vmi)
-	return ref != nil && ref.UID == vm.UID
+	return ownedBy(vmi, vm.UID)
 }
 
 // schedule binds the VMI to node: what the VMI controller records once the
