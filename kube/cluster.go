@@ -84,6 +84,7 @@ type Cluster struct {
 	power     *power
 	health    *health
 	idClients identityClients
+	dialer    atomic.Pointer[ConsoleDialer] // consoles without a RESTConfig
 	access    accessCache
 	cancel    context.CancelFunc
 	done      chan struct{}

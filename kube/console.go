@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/url"
-	"sync"
 
 	"github.com/gorilla/websocket"
 	kvcorev1 "kubevirt.io/client-go/kubevirt/typed/core/v1"
@@ -22,17 +21,14 @@ const (
 // speak virt-api's plain.kubevirt.io protocol (raw bytes in binary frames).
 type ConsoleDialer func(ctx context.Context, ns, name, kind string) (*websocket.Conn, error)
 
-// consoleDialers holds the dialers of clusters without a RESTConfig.
-var consoleDialers sync.Map // *Cluster -> ConsoleDialer
-
 // SetConsoleDialer sets how a cluster without a RESTConfig opens consoles;
 // nil removes it.
 func (c *Cluster) SetConsoleDialer(d ConsoleDialer) {
 	if d == nil {
-		consoleDialers.Delete(c)
+		c.dialer.Store(nil)
 		return
 	}
-	consoleDialers.Store(c, d)
+	c.dialer.Store(&d)
 }
 
 // ErrNoConsole is returned when the cluster has no way to open consoles.
@@ -55,11 +51,11 @@ func (c *Cluster) OpenConsole(ctx context.Context, g Guest, kind string) (kvcore
 		}
 		return kvcorev1.AsyncSubresourceHelper(cfg, "virtualmachineinstances", g.Namespace(), g.Name(), kind, q)
 	}
-	d, ok := consoleDialers.Load(c)
-	if !ok {
+	d := c.dialer.Load()
+	if d == nil {
 		return nil, ErrNoConsole
 	}
-	conn, err := d.(ConsoleDialer)(ctx, g.Namespace(), g.Name(), kind)
+	conn, err := (*d)(ctx, g.Namespace(), g.Name(), kind)
 	if err != nil {
 		return nil, err
 	}

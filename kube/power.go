@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -158,11 +156,7 @@ type patchOp struct {
 }
 
 func (c *Cluster) patchVM(ctx context.Context, g Guest, ops []patchOp) error {
-	body, err := json.Marshal(ops)
-	if err != nil {
-		return fmt.Errorf("encoding patch: %w", err)
-	}
-	_, err = c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
+	_, err := c.jsonPatchVM(ctx, g, ops)
 	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 		return fmt.Errorf("VM %s/%s changed while being updated (retry): %w", g.Namespace(), g.Name(), err)
 	}

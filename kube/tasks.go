@@ -548,7 +548,7 @@ func taskFromConfigMap(cm *corev1.ConfigMap) (*Task, error) {
 	if l := cm.Data["log"]; l != "" {
 		t.Log = strings.Split(l, "\n")
 	}
-	t.deadline, _ = time.Parse(time.RFC3339, cm.Data["deadline"])
+	t.deadline, _ = time.Parse(time.RFC3339Nano, cm.Data["deadline"])
 	t.connected, _ = time.Parse(time.RFC3339Nano, cm.Data["connected"])
 	if t.started, err = time.Parse(time.RFC3339Nano, cm.Data["started"]); err != nil {
 		t.started = time.Unix(u.StartTime, 0)
@@ -605,7 +605,16 @@ func (ts *Tasks) supersededBy(t *Task) *Task {
 	}
 	ts.mu.Unlock()
 	for _, obj := range ts.c.tasks.byIndex(taskVMIndex, t.namespace+"/"+t.name) {
-		if o, err := taskFromConfigMap(obj.(*corev1.ConfigMap)); err == nil && later(o) {
+		cm := obj.(*corev1.ConfigMap)
+		// This runs for every waiting power task on every pass of the
+		// worker: rule records out on their raw fields before parsing.
+		if cm.Name == t.cmName || types.UID(cm.Data["uid"]) != t.uid {
+			continue
+		}
+		if s := powerSense(Goal(cm.Data["goal"])); s == 0 || s == sense {
+			continue
+		}
+		if o, err := taskFromConfigMap(cm); err == nil && later(o) {
 			return o
 		}
 	}

@@ -42,13 +42,9 @@ func (c *Cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 	if claim != nil {
 		claim.commit(ctx, out.UID)
 	}
-	// Read-your-writes: put it in the cache now so that the vmid resolves
-	// for the client's next call even before the watch event arrives.
-	if inf := c.vms.informerFor(out.Namespace); inf != nil {
-		if cp, err := stripVM(out.DeepCopy()); err == nil {
-			_ = inf.GetStore().Add(cp)
-		}
-	}
+	// Read-your-writes: the vmid resolves for the client's next call even
+	// before the watch event arrives.
+	c.cacheVM(out)
 	c.vmidGen.Add(1)
 	return out, nil
 }
@@ -103,23 +99,34 @@ func (c *Cluster) ReplaceVM(ctx context.Context, g Guest, want *kubevirtv1.Virtu
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/labels/" + jsonPointerEscape(k), Value: v})
 		}
 	}
-	body, err := json.Marshal(ops)
-	if err != nil {
-		return nil, fmt.Errorf("encoding patch: %w", err)
-	}
-	out, err := c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
+	out, err := c.jsonPatchVM(ctx, g, ops)
 	if err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 			return nil, fmt.Errorf("%w: %v", ErrModified, err)
 		}
 		return nil, err
 	}
-	if inf := c.vms.informerFor(out.Namespace); inf != nil {
-		if cp, err := stripVM(out.DeepCopy()); err == nil {
+	c.cacheVM(out)
+	return out, nil
+}
+
+// jsonPatchVM applies a JSON patch to g's VM as the caller.
+func (c *Cluster) jsonPatchVM(ctx context.Context, g Guest, ops []patchOp) (*kubevirtv1.VirtualMachine, error) {
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("encoding patch: %w", err)
+	}
+	return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
+}
+
+// cacheVM puts a VM the apiserver just answered into the cache, so that
+// the client's next call reads its own write.
+func (c *Cluster) cacheVM(vm *kubevirtv1.VirtualMachine) {
+	if inf := c.vms.informerFor(vm.Namespace); inf != nil {
+		if cp, err := stripVM(vm.DeepCopy()); err == nil {
 			_ = inf.GetStore().Update(cp)
 		}
 	}
-	return out, nil
 }
 
 // ErrModified means the VM changed between read and write.
