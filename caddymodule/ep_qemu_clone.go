@@ -1,13 +1,13 @@
 package caddymodule
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // postQemuClone clones a VM (or template) into newid. Disks are CDI
@@ -63,17 +63,10 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	if len(errs) > 0 {
 		return nil, paramError(errs)
 	}
-	created, err := q.c.CreateVM(q.ctx(), vm)
-	if err != nil {
-		return nil, kubeError(err)
-	}
-	clone, err := q.c.Guest(newID)
-	if err != nil || clone.VM.UID != created.UID {
-		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), kube.Guest{VMID: newID, VM: created})
-		return nil, newError(http.StatusInternalServerError, "VM %d already exists", newID)
-	}
-	if e := h.copyCloudInit(q, g, clone); e != nil {
-		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), clone)
+	_, created, e := h.createGuest(q, newID, vm, func(clone kube.Guest, _ *kubevirtv1.VirtualMachine) *apiError {
+		return h.copyCloudInit(q, g, clone)
+	})
+	if e != nil {
 		return nil, e
 	}
 	spec := h.taskSpec(q, g, translate.TaskClone, kube.GoalProvisioned, 30*time.Minute,

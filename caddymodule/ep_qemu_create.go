@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // createOnly are POST /nodes/{n}/qemu parameters that steer the call and
@@ -50,19 +51,10 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	if len(perrs) > 0 {
 		return nil, paramError(perrs)
 	}
-	created, err := q.c.CreateVM(q.ctx(), vm)
-	if err != nil {
-		return nil, kubeError(err)
-	}
-	g, err := q.c.Guest(vmid)
-	if err != nil || g.VM.UID != created.UID {
-		// Someone claimed the id in the same instant; the label now names two
-		// VMs. Undo ours rather than leave an ambiguous id behind.
-		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), kube.Guest{VMID: vmid, VM: created})
-		return nil, newError(http.StatusInternalServerError, "VM %d already exists", vmid)
-	}
-	if e := h.applyCloudInit(q, vmid, created, cfg["cipassword"], true); e != nil {
-		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), g)
+	g, created, e := h.createGuest(q, vmid, vm, func(_ kube.Guest, created *kubevirtv1.VirtualMachine) *apiError {
+		return h.applyCloudInit(q, vmid, created, cfg["cipassword"], true)
+	})
+	if e != nil {
 		return nil, e
 	}
 	line := fmt.Sprintf("created VM %d as %s/%s", vmid, created.Namespace, created.Name)
@@ -76,6 +68,29 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	}
 	c := q.c
 	return h.begin(q, g, translate.TaskCreate, kube.GoalRunning, 5*time.Minute, line, func(ctx context.Context) error { return c.StartVM(ctx, g) })
+}
+
+// createGuest writes a new VM and then runs setup (its cloud-init Secret),
+// or leaves nothing behind: a VM whose vmid turned out to be claimed by
+// another in the same instant, or whose setup failed, is deleted again.
+func (h *APIHandler) createGuest(q *request, vmid int, vm *kubevirtv1.VirtualMachine,
+	setup func(g kube.Guest, created *kubevirtv1.VirtualMachine) *apiError) (kube.Guest, *kubevirtv1.VirtualMachine, *apiError) {
+	created, err := q.c.CreateVM(q.ctx(), vm)
+	if err != nil {
+		return kube.Guest{}, nil, kubeError(err)
+	}
+	g, err := q.c.Guest(vmid)
+	if err != nil || g.VM.UID != created.UID {
+		// The label names two VMs now: undo ours rather than leave an
+		// ambiguous id behind.
+		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), kube.Guest{VMID: vmid, VM: created})
+		return kube.Guest{}, nil, newError(http.StatusInternalServerError, "VM %d already exists", vmid)
+	}
+	if e := setup(g, created); e != nil {
+		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), g)
+		return kube.Guest{}, nil, e
+	}
+	return g, created, nil
 }
 
 // deleteQemu destroys a stopped VM; its task ends when the VM object is
