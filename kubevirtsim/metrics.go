@@ -2,7 +2,6 @@ package kubevirtsim
 
 import (
 	"context"
-	"hash/fnv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,9 +74,7 @@ func (m *Metrics) Sample(ctx context.Context, namespaces []string) (nodes, guest
 }
 
 func guestUsage(vmi *virtv1.VirtualMachineInstance) Usage {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(vmi.Namespace + "/" + vmi.Name))
-	sum := h.Sum32()
+	sum := hashOf(vmi.Namespace + "/" + vmi.Name)
 	cpus := 1
 	if c := vmi.Spec.Domain.CPU; c != nil {
 		cpus = int(max(c.Sockets, 1) * max(c.Cores, 1) * max(c.Threads, 1))
