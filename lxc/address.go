@@ -47,21 +47,40 @@ func configMACs(cfg map[string]any) (macs []string, static []string) {
 	return macs, static
 }
 
+// netConfig is what a guest's config says about its network; it does not
+// change while a wake discovers the address, so it is read once.
+type netConfig struct {
+	macs, static []string
+	agent        bool // QEMU guest agent enabled
+}
+
+func readNetConfig(ctx context.Context, c *proxmox.Client, t target) (netConfig, error) {
+	var cfg map[string]any
+	if err := c.Get(ctx, t.path("config"), &cfg); err != nil {
+		return netConfig{}, fmt.Errorf("reading config: %w", err)
+	}
+	var nc netConfig
+	nc.macs, nc.static = configMACs(cfg)
+	if a, ok := cfg["agent"]; ok {
+		s := fmt.Sprint(a)
+		nc.agent = s != "0" && !strings.HasPrefix(s, "0,") && !strings.Contains(s, "enabled=0")
+	}
+	return nc, nil
+}
+
+// candidate is an address a guest reports on an interface.
+type candidate struct{ mac, ip string }
+
 // discoverAddress finds the guest's IP: for LXC, the config's MAC matched
 // against /interfaces (works with DHCP); for QEMU, the config's MAC
 // matched against the guest agent's interfaces. An empty result without
 // error means "not known yet" (the guest is still configuring its
 // network), so the caller retries.
-func discoverAddress(ctx context.Context, c *proxmox.Client, t target) (string, error) {
-	var cfg map[string]any
-	if err := c.Get(ctx, t.path("config"), &cfg); err != nil {
-		return "", fmt.Errorf("reading config: %w", err)
-	}
-	macs, static := configMACs(cfg)
+func discoverAddress(ctx context.Context, c *proxmox.Client, t target, nc netConfig) (string, error) {
 	if t.kind == "qemu" {
-		if a, ok := cfg["agent"]; !ok || fmt.Sprint(a) == "0" || strings.HasPrefix(fmt.Sprint(a), "0,") || strings.Contains(fmt.Sprint(a), "enabled=0") {
-			if len(static) > 0 {
-				return static[0], nil
+		if !nc.agent {
+			if len(nc.static) > 0 {
+				return nc.static[0], nil
 			}
 			return "", errNoAgent
 		}
@@ -73,27 +92,25 @@ func discoverAddress(ctx context.Context, c *proxmox.Client, t target) (string, 
 			// "QEMU guest agent is not running" while the VM boots.
 			return "", nil
 		}
-		type cand struct{ mac, ip string }
-		var cands []cand
+		var cands []candidate
 		for _, ifc := range ifaces {
 			for _, a := range ifc.IPAddresses {
 				if a == nil || a.IPAddressType != "ipv4" {
 					continue
 				}
-				cands = append(cands, cand{strings.ToLower(ifc.HardwareAddress), a.IPAddress})
+				cands = append(cands, candidate{strings.ToLower(ifc.HardwareAddress), a.IPAddress})
 			}
 		}
-		return pick(macs, cands, func(c cand) (string, string) { return c.mac, c.ip }), nil
+		return pick(nc.macs, cands), nil
 	}
 	var ifaces proxmox.ContainerInterfaces
 	if err := c.Get(ctx, t.path("interfaces"), &ifaces); err != nil {
-		if len(static) > 0 {
-			return static[0], nil
+		if len(nc.static) > 0 {
+			return nc.static[0], nil
 		}
 		return "", nil
 	}
-	type cand struct{ mac, ip string }
-	var cands []cand
+	var cands []candidate
 	for _, ifc := range ifaces {
 		if ifc == nil || ifc.Name == "lo" || ifc.Inet == "" {
 			continue
@@ -102,35 +119,34 @@ func discoverAddress(ctx context.Context, c *proxmox.Client, t target) (string, 
 		if i := strings.IndexByte(ip, '/'); i >= 0 {
 			ip = ip[:i]
 		}
-		cands = append(cands, cand{strings.ToLower(ifc.HWAddr), ip})
+		cands = append(cands, candidate{strings.ToLower(ifc.HWAddr), ip})
 	}
-	if a := pick(macs, cands, func(c cand) (string, string) { return c.mac, c.ip }); a != "" {
+	if a := pick(nc.macs, cands); a != "" {
 		return a, nil
 	}
-	if len(static) > 0 {
-		return static[0], nil
+	if len(nc.static) > 0 {
+		return nc.static[0], nil
 	}
 	return "", nil
 }
 
 // pick returns the IP of the first candidate whose MAC is the first
 // configured MAC that has any, else the first usable candidate.
-func pick[T any](macs []string, cands []T, get func(T) (string, string)) string {
+func pick(macs []string, cands []candidate) string {
 	usable := func(ip string) bool {
 		p := net.ParseIP(ip)
 		return p != nil && !p.IsUnspecified() && !p.IsLinkLocalUnicast() && !(p.IsLoopback() && p.Equal(net.IPv4(127, 0, 0, 1)))
 	}
 	for _, m := range macs {
 		for _, c := range cands {
-			mac, ip := get(c)
-			if mac == m && usable(ip) {
-				return ip
+			if c.mac == m && usable(c.ip) {
+				return c.ip
 			}
 		}
 	}
 	for _, c := range cands {
-		if _, ip := get(c); usable(ip) {
-			return ip
+		if usable(c.ip) {
+			return c.ip
 		}
 	}
 	return ""

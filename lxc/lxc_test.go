@@ -60,9 +60,7 @@ func TestConfigMACs(t *testing.T) {
 	if fmt.Sprint(macs) != "[bc:24:11:aa:bb:cc]" {
 		t.Fatalf("qemu mac %v", macs)
 	}
-	type c struct{ mac, ip string }
-	got := pick([]string{"bc:24:11:00:00:01"}, []c{{"aa", "10.1.1.1"}, {"bc:24:11:00:00:01", "fe80::1"}, {"bc:24:11:00:00:01", "10.2.2.2"}},
-		func(x c) (string, string) { return x.mac, x.ip })
+	got := pick([]string{"bc:24:11:00:00:01"}, []candidate{{"aa", "10.1.1.1"}, {"bc:24:11:00:00:01", "fe80::1"}, {"bc:24:11:00:00:01", "10.2.2.2"}})
 	if got != "10.2.2.2" {
 		t.Fatalf("pick %s", got)
 	}

@@ -264,8 +264,19 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		return deps, nil
 	}
 	host := cfg.Address
+	var nc *netConfig // read once, on the first try that can
 	for host == "" {
-		a, err := discoverAddress(ctx, client, t)
+		var a string
+		var err error
+		if nc == nil {
+			var v netConfig
+			if v, err = readNetConfig(ctx, client, t); err == nil {
+				nc = &v
+			}
+		}
+		if nc != nil {
+			a, err = discoverAddress(ctx, client, t, *nc)
+		}
 		if err != nil {
 			if errors.Is(err, errNoAgent) {
 				return deps, err
