@@ -42,7 +42,11 @@ func TestConcurrentCreatesSameVMID(t *testing.T) {
 			}
 			c = &testcaddy.PVE{T: t, Base: c.Base, C: testcaddy.Client(), Auth: c.Auth}
 			<-start
-			ans := c.Do("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", fmt.Sprintf("race-%d", i)))
+			ans, err := c.Send("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", fmt.Sprintf("race-%d", i)))
+			if err != nil {
+				out[i] = outcome{status: err.Error()}
+				return
+			}
 			out[i] = outcome{code: ans.Code, status: ans.Status}
 			if ans.Code == 200 {
 				_ = jsonString(ans.Data, &out[i].upid)
@@ -111,8 +115,10 @@ func TestConcurrentPowerActions(t *testing.T) {
 				if act == "shutdown" {
 					f = form("timeout", "5")
 				}
-				ans := c.Do("POST", path+"/status/"+act, f)
+				ans, err := c.Send("POST", path+"/status/"+act, f)
 				switch {
+				case err != nil:
+					t.Errorf("%s: %v", act, err)
 				case ans.Code == 200:
 					var u string
 					_ = jsonString(ans.Data, &u)

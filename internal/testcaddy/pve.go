@@ -2,6 +2,7 @@ package testcaddy
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -31,9 +32,20 @@ type Answer struct {
 	Raw     []byte
 }
 
-// Do sends a request; GET and DELETE put form in the query.
+// Do sends a request; GET and DELETE put form in the query. It fails the
+// test on a transport error or a body that is not JSON, so it must run on
+// the test's goroutine; other goroutines use Send.
 func (a *PVE) Do(method, path string, form url.Values) Answer {
 	a.T.Helper()
+	ans, err := a.Send(method, path, form)
+	if err != nil {
+		a.T.Fatal(err)
+	}
+	return ans
+}
+
+// Send is Do without failing the test: safe on any goroutine.
+func (a *PVE) Send(method, path string, form url.Values) (Answer, error) {
 	var body io.Reader
 	target := a.Base + "/api2/json" + path
 	if method == "GET" || method == "DELETE" {
@@ -45,7 +57,7 @@ func (a *PVE) Do(method, path string, form url.Values) Answer {
 	}
 	req, err := http.NewRequest(method, target, body)
 	if err != nil {
-		a.T.Fatal(err)
+		return Answer{}, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -55,7 +67,7 @@ func (a *PVE) Do(method, path string, form url.Values) Answer {
 	}
 	res, err := a.C.Do(req)
 	if err != nil {
-		a.T.Fatalf("%s %s: %v", method, path, err)
+		return Answer{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
@@ -66,9 +78,9 @@ func (a *PVE) Do(method, path string, form url.Values) Answer {
 		Total   *int              `json:"total"`
 	}
 	if err := json.Unmarshal(raw, &env); err != nil {
-		a.T.Fatalf("%s %s: body is not JSON: %q", method, path, raw)
+		return Answer{}, fmt.Errorf("%s %s: %s: body is not JSON: %q", method, path, res.Status, raw)
 	}
-	return Answer{Code: res.StatusCode, Status: res.Status, Data: env.Data, Message: env.Message, Errors: env.Errors, Total: env.Total, Raw: raw}
+	return Answer{Code: res.StatusCode, Status: res.Status, Data: env.Data, Message: env.Message, Errors: env.Errors, Total: env.Total, Raw: raw}, nil
 }
 
 // OK sends a request that must succeed and decodes data into into.
