@@ -43,8 +43,10 @@ go test -count=1 -timeout 20m ./...
 echo "== fuzzing (${FUZZTIME:=3s} per target)"
 # fuzz_one fails on any input the fuzzer reports (it writes it to testdata,
 # so the next run replays it as a seed). A failure of the engine itself with
-# no input attributed (a worker killed or starved on a loaded machine) is
-# shown in full and retried once; a second failure fails the run.
+# no input attributed is shown in full and retried once; a second failure
+# fails the run. Go 1.26's coordinator can end a -fuzztime run with a bare
+# "context deadline exceeded" when a starved worker misses the deadline
+# (go.dev/issue/75804, fixed in Go 1.27); CI hit it on two targets.
 fuzz_one() {
 	local pkg=$1 target=$2 out
 	out=$(mktemp)
