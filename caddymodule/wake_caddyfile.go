@@ -39,6 +39,7 @@ func init() {
 //		leave_external
 //		ignore <@matcher> | ignore { <matchers> }   # repeatable
 //		events_path <path>
+//		show_details                     # node, address and error text on the page
 //	}
 func parseWakeCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	m := new(WakeHandler)
@@ -155,11 +156,15 @@ func parseWakeCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 				return nil, d.ArgErr()
 			}
 			m.DependsOn = append(m.DependsOn, args...)
-		case "leave_external":
+		case "leave_external", "show_details":
 			if d.NextArg() {
 				return nil, d.ArgErr()
 			}
-			m.LeaveExternal = true
+			if opt == "show_details" {
+				m.ShowDetails = true
+			} else {
+				m.LeaveExternal = true
+			}
 		case "ignore":
 			var set caddy.ModuleMap
 			if d.NextArg() {

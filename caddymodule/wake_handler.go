@@ -80,6 +80,11 @@ type WakeHandler struct {
 	// EventsPath is the reserved path of the progress stream
 	// (/.well-known/proxmox-wake/events).
 	EventsPath string `json:"events_path,omitempty"`
+	// ShowDetails puts node names, addresses and the cluster's error text
+	// on the loading page, the progress stream and the held requests'
+	// answers. Off, visitors read what failed in general words and the
+	// details go to the log and the admin API only.
+	ShowDetails bool `json:"show_details,omitempty"`
 
 	cluster, ref string
 	ignore       caddyhttp.MatcherSets
@@ -324,7 +329,19 @@ func (h *WakeHandler) wakeFailed(w http.ResponseWriter, r *http.Request, err err
 			retry = we.RetryAfter
 		}
 	}
-	return h.unavailable(w, r, code, retry, "The service could not be started: "+err.Error())
+	return h.unavailable(w, r, code, retry, h.failureText(err))
+}
+
+// failureText is what a visitor reads about a failed wake.
+func (h *WakeHandler) failureText(err error) string {
+	if h.ShowDetails {
+		return "The service could not be started: " + err.Error()
+	}
+	var we *lxc.WakeError
+	if errors.As(err, &we) {
+		return we.PublicMessage()
+	}
+	return "The service could not be started."
 }
 
 // isNavigation reports whether a browser is loading a page: GET or HEAD,

@@ -82,7 +82,7 @@ func (h *WakeHandler) servePage(w http.ResponseWriter, r *http.Request, op *lxc.
 	select {
 	case <-op.Done():
 		if err := op.Err(); err != nil {
-			data.Error, data.Message, data.Progress = true, err.Error(), 100
+			data.Error, data.Message, data.Progress = true, h.failureText(err), 100
 			if we, ok := err.(*lxc.WakeError); ok && we.RetryAfter > 0 {
 				data.Refresh = int(math.Ceil(we.RetryAfter.Seconds()))
 			} else {
@@ -128,7 +128,11 @@ func (h *WakeHandler) serveEvents(w http.ResponseWriter, r *http.Request) error 
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	send := func(e lxc.Event) bool {
-		b, _ := json.Marshal(eventJSON{Time: e.Time, Phase: e.Phase, Message: e.Message, Progress: e.Progress, RetryAfter: e.RetryAfter.Seconds()})
+		msg := e.Message
+		if h.ShowDetails && e.Detail != "" {
+			msg = e.Detail
+		}
+		b, _ := json.Marshal(eventJSON{Time: e.Time, Phase: e.Phase, Message: msg, Progress: e.Progress, RetryAfter: e.RetryAfter.Seconds()})
 		if _, err := fmt.Fprintf(w, "event: progress\ndata: %s\n\n", b); err != nil {
 			return false
 		}
@@ -182,7 +186,11 @@ func (h *WakeHandler) unavailable(w http.ResponseWriter, r *http.Request, code i
 	var body []byte
 	if strings.Contains(r.Header.Get("Accept"), "json") {
 		hd.Set("Content-Type", "application/json")
-		body, _ = json.Marshal(map[string]any{"error": msg, "guest": h.Guest, "retry_after": secs})
+		ans := map[string]any{"error": msg, "retry_after": secs}
+		if h.ShowDetails {
+			ans["guest"] = h.Guest
+		}
+		body, _ = json.Marshal(ans)
 	} else {
 		hd.Set("Content-Type", "text/plain; charset=utf-8")
 		body = []byte(msg + "\n")

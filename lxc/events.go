@@ -10,8 +10,11 @@ type Event struct {
 	Time time.Time `json:"time"`
 	// Phase is one of: starting, waiting_stop, waking_dep, start_task,
 	// task_ok, running, address, probing, settling, ready, error.
-	Phase   string `json:"phase"`
+	Phase string `json:"phase"`
+	// Message is fit for anyone who can reach the site; Detail, when set,
+	// names nodes, addresses and the cluster's error text (show_details).
 	Message string `json:"message"`
+	Detail  string `json:"detail,omitempty"`
 	// Progress is a rough percentage for a progress bar.
 	Progress int `json:"progress"`
 	// Final marks ready and error, after which the stream ends.

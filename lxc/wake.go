@@ -33,6 +33,10 @@ func finishedOp(err error) *WakeOp {
 // WakeError is a failed wake, or a wake refused during back-off.
 type WakeError struct {
 	Err error
+	// Public says what failed in words fit for anyone who can reach the
+	// site: no node names, addresses or the cluster's own error text,
+	// which Err carries for logs and the admin API.
+	Public string
 	// RetryAfter is how long until the next wake may be tried.
 	RetryAfter time.Duration
 	// Timeout is set when wake_timeout expired.
@@ -42,6 +46,31 @@ type WakeError struct {
 func (e *WakeError) Error() string { return e.Err.Error() }
 
 func (e *WakeError) Unwrap() error { return e.Err }
+
+// PublicMessage is Public, or a generic sentence when none was set.
+func (e *WakeError) PublicMessage() string {
+	if e.Public != "" {
+		return e.Public
+	}
+	return msgNotStarted
+}
+
+const (
+	msgNotStarted = "The service could not be started."
+	msgNoStatus   = "The guest's status could not be read."
+)
+
+// failure tags a wake step's error with its public words (WakeError.Public).
+type failure struct {
+	public string
+	err    error
+}
+
+func (f *failure) Error() string { return f.err.Error() }
+
+func (f *failure) Unwrap() error { return f.err }
+
+func fail(public string, err error) error { return &failure{public: public, err: err} }
 
 // Wake starts a wake unless one is running (then it is shared) or the
 // guest is ready; it returns at once. The wake belongs to the guest, not
@@ -68,8 +97,10 @@ func (g *Guest) wakeLocked(reason string, force bool) *WakeOp {
 	}
 	now := time.Now()
 	if g.state == StateFailed && now.Before(g.failedUntil) && !force {
+		next := g.failedUntil.Sub(now).Round(time.Second)
 		return finishedOp(&WakeError{
-			Err:        fmt.Errorf("the last start failed, next try in %s: %s", g.failedUntil.Sub(now).Round(time.Second), g.lastErr),
+			Err:        fmt.Errorf("the last start failed, next try in %s: %s", next, g.lastErr),
+			Public:     fmt.Sprintf("The last start failed; next try in %s.", next),
 			RetryAfter: g.failedUntil.Sub(now),
 		})
 	}
@@ -80,7 +111,11 @@ func (g *Guest) wakeLocked(reason string, force bool) *WakeOp {
 	}
 	b := g.currentLocked()
 	g.prog.reset()
-	g.emit(Event{Phase: "starting", Message: "Waking up " + g.displayLocked(), Progress: 5})
+	name := g.name
+	if name == "" {
+		name = g.ref
+	}
+	g.emit(Event{Phase: "starting", Message: "Waking up " + name, Detail: "Waking up " + g.displayLocked(), Progress: 5})
 	g.logger.Info("waking guest", zap.String("reason", reason), zap.String("node", g.target.node), zap.Int("vmid", g.target.vmid))
 	go g.runWake(op, b)
 	return op
@@ -112,12 +147,17 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 	defer cancel()
 	deps, err := g.wakeSteps(ctx, b)
 	if err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = &WakeError{Err: fmt.Errorf("not ready within wake_timeout %s: %w", cfg.WakeTimeout, err), Timeout: true}
+		err = &WakeError{
+			Err:     fmt.Errorf("not ready within wake_timeout %s: %w", cfg.WakeTimeout, err),
+			Public:  fmt.Sprintf("The service was not ready within %s.", cfg.WakeTimeout),
+			Timeout: true,
+		}
 	}
 	elapsed := time.Since(op.started)
 	g.mu.Lock()
 	g.wake = nil
 	now := time.Now()
+	var public string
 	if err != nil {
 		g.failures++
 		backoff := cfg.RetryBackoff << min(g.failures-1, 16)
@@ -129,9 +169,13 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 		we, ok := err.(*WakeError)
 		if !ok {
 			we = &WakeError{Err: err}
+			if f := (*failure)(nil); errors.As(err, &f) {
+				we.Public = f.public
+			}
 		}
 		we.RetryAfter = backoff
 		op.err = we
+		public = we.PublicMessage()
 		g.setStateLocked(StateFailed)
 		g.host = ""
 		// The guest may be running without being ready: let it idle out.
@@ -153,7 +197,7 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 	// The final event goes out before the wake is over: a wake started
 	// right after must not find this one's ending in its own history.
 	if err != nil {
-		g.emit(Event{Phase: "error", Message: err.Error(), Progress: 100, Final: true, RetryAfter: retry})
+		g.emit(Event{Phase: "error", Message: public, Detail: err.Error(), Progress: 100, Final: true, RetryAfter: retry})
 	} else {
 		g.emit(Event{Phase: "ready", Message: "Ready", Progress: 100, Final: true})
 	}
@@ -201,14 +245,14 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 
 	c := b.c
 	if c == nil {
-		return deps, errors.New("guest has no cluster")
+		return deps, fail("The Proxmox cluster is not configured.", errors.New("guest has no cluster"))
 	}
 	if err := c.WaitReady(ctx); err != nil {
-		return deps, err
+		return deps, fail("The Proxmox cluster is not reachable.", err)
 	}
 	res, err := c.Lookup(g.ref)
 	if err != nil {
-		return deps, err
+		return deps, fail("The guest was not found in the Proxmox cluster.", err)
 	}
 	t := target{node: res.Node, kind: res.Kind, vmid: res.VMID}
 	g.mu.Lock()
@@ -220,29 +264,29 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 	// The poll may be a few seconds old: ask the guest's node.
 	st, err := status(ctx, client, t)
 	if err != nil {
-		return deps, fmt.Errorf("reading status: %w", err)
+		return deps, fail(msgNoStatus, fmt.Errorf("reading status: %w", err))
 	}
 	switch {
 	case st.Status == "running" && st.paused():
-		g.emit(Event{Phase: "start_task", Message: "Resuming the suspended guest", Progress: 20})
+		g.emit(Event{Phase: "start_task", Message: "Resuming the suspended guest", Detail: fmt.Sprintf("Resuming %s %d on %s", kindLabel(t.kind), t.vmid, t.node), Progress: 20})
 		task, err := runTask(ctx, client, t, "resume", cfg.TaskPollInterval, cfg.StopTimeout)
 		if task != nil {
 			log.Info("resume task", zap.String("upid", string(task.UPID)), zap.Error(err))
 		}
 		if err != nil {
-			return deps, err
+			return deps, fail("The guest could not be resumed.", err)
 		}
 		g.emit(Event{Phase: "task_ok", Message: "Resumed", Progress: 50})
 	case st.Status == "running":
 		g.emit(Event{Phase: "running", Message: "Already running", Progress: 50})
 	default:
-		g.emit(Event{Phase: "start_task", Message: fmt.Sprintf("Starting %s %d on %s", kindLabel(t.kind), t.vmid, t.node), Progress: 15})
+		g.emit(Event{Phase: "start_task", Message: "Starting the guest", Detail: fmt.Sprintf("Starting %s %d on %s", kindLabel(t.kind), t.vmid, t.node), Progress: 15})
 		task, err := runTask(ctx, client, t, "start", cfg.TaskPollInterval, cfg.StopTimeout)
 		if task != nil {
 			log.Info("start task", zap.String("upid", string(task.UPID)), zap.NamedError("task_error", err))
 		}
 		if err != nil && !isAlreadyRunning(err) {
-			return deps, err
+			return deps, fail("The guest could not be started.", err)
 		}
 		g.emit(Event{Phase: "task_ok", Message: "Start task finished: OK", Progress: 45})
 	}
@@ -255,7 +299,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 			return deps, fmt.Errorf("waiting for status running: %w", ctx.Err())
 		}
 		if st, err = status(ctx, client, t); err != nil {
-			return deps, fmt.Errorf("reading status: %w", err)
+			return deps, fail(msgNoStatus, fmt.Errorf("reading status: %w", err))
 		}
 	}
 	g.emit(Event{Phase: "running", Message: "Guest is running", Progress: 55})
@@ -279,7 +323,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		}
 		if err != nil {
 			if errors.Is(err, errNoAgent) {
-				return deps, err
+				return deps, fail("The guest's address is not known.", err)
 			}
 			log.Debug("address discovery", zap.Error(err))
 		}
@@ -294,7 +338,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 	g.mu.Lock()
 	g.host = host
 	g.mu.Unlock()
-	g.emit(Event{Phase: "address", Message: "Address " + host, Progress: 65})
+	g.emit(Event{Phase: "address", Message: "Found the guest's address", Detail: "Address " + host, Progress: 65})
 
 	for i := 1; ; i++ {
 		err := probe(ctx, cfg.Probe, host, cfg.Port, cfg.ProbePath)
@@ -302,7 +346,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 			break
 		}
 		if i <= 3 || i%10 == 0 {
-			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90)})
+			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", i), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90)})
 		}
 		if !sleepCtx(ctx, cfg.ProbeInterval) {
 			return deps, fmt.Errorf("service on %s port %d not answering: %v", host, cfg.Port, err)
@@ -340,7 +384,7 @@ func (g *Guest) wakeDeps(ctx context.Context, b *Binding) ([]*Guest, error) {
 	}
 	for i, err := range errs {
 		if err != nil {
-			return held, fmt.Errorf("dependency %s: %w", b.deps[i].g.ref, err)
+			return held, fail("A service it depends on could not be started.", fmt.Errorf("dependency %s: %w", b.deps[i].g.ref, err))
 		}
 	}
 	return held, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
@@ -198,6 +199,12 @@ func TestBrowserLoadingPageAndSSE(t *testing.T) {
 			t.Fatalf("SSE lacks %s:\n%s", phase, body)
 		}
 	}
+	// Without show_details, visitors learn no node, vmid or address.
+	for _, internal := range []string{"pve1", "CT 100", "Address 127.", "on port", "(100)"} {
+		if strings.Contains(string(body), internal) || strings.Contains(a.body, internal) {
+			t.Fatalf("page or SSE shows %q:\n%s\n%s", internal, a.body, body)
+		}
+	}
 	a = e.get("/page", "Accept: text/html")
 	if a.code != 200 || !strings.Contains(a.body, "hello from web") {
 		t.Fatalf("after ready: %d %s", a.code, a.body)
@@ -233,10 +240,11 @@ func TestHoldTimeout(t *testing.T) {
 func TestFailedStartBackoff(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 100})
 	e.sim.FailStarts(100, "startup for container '100' failed")
+	e.adminPort = testcaddy.FreePort(t)
 	e.start(e.wakeSite("100", ""))
 	a := e.get("/")
-	if a.code != 503 || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, "startup for container '100' failed") {
-		t.Fatalf("failed start: %d %v %s", a.code, a.header, a.body)
+	if a.code != 503 || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, `"error":"The guest could not be started."`) {
+		t.Fatalf("failed start: %d %v %q", a.code, a.header, a.body)
 	}
 	// During the back-off: no new start, same explanation, also on the page.
 	a = e.get("/", "Accept: text/plain")
@@ -244,8 +252,21 @@ func TestFailedStartBackoff(t *testing.T) {
 		t.Fatalf("backoff: %d %s %d", a.code, a.body, e.sim.ActionCalls(100, "start"))
 	}
 	page := e.get("/", "Accept: text/html", "Sec-Fetch-Mode: navigate")
-	if page.code != 503 || !strings.Contains(page.body, "could not be started") || !strings.Contains(page.body, "startup for container") {
+	if page.code != 503 || !strings.Contains(page.body, "could not be started") || !strings.Contains(page.body, "The last start failed; next try in") {
 		t.Fatalf("error page: %d %s", page.code, page.body)
+	}
+	// The cluster's error text is for the log and the admin API.
+	if strings.Contains(page.body, "startup for container") || strings.Contains(a.body, "startup for container") {
+		t.Fatalf("error text shown to visitors: %s %s", a.body, page.body)
+	}
+	var info struct {
+		LastError string `json:"last_error"`
+	}
+	if code := e.adminJSON("GET", "/proxmox/guests/"+e.cluster+"/100", &info); code != 200 {
+		t.Fatalf("admin API: %d", code)
+	}
+	if !strings.Contains(info.LastError, "startup for container '100' failed") {
+		t.Fatalf("admin API last_error %q", info.LastError)
 	}
 	e.sim.ClearFaults()
 	time.Sleep(1100 * time.Millisecond)
@@ -265,11 +286,12 @@ func TestNeverReadyAndAPIFaults(t *testing.T) {
 	e.sim.FailAPI("POST /nodes/pve1/lxc/101/status/start", 500, "cluster not ready - no quorum?", 1)
 	e.start(e.wakeSite("100", "wake_timeout 700ms\n\t\thold_timeout 5s"), e.site("g101.test", "101", "", ""))
 	a := e.get("/")
-	if a.code != 504 || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, "wake_timeout") {
-		t.Fatalf("never ready: %d %v %s", a.code, a.header, a.body)
+	if a.code != 504 || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, `"error":"The service was not ready within 700ms."`) {
+		t.Fatalf("never ready: %d %v %q", a.code, a.header, a.body)
 	}
-	a = e.get("/", "Host: g101.test")
-	if a.code != 503 || !strings.Contains(a.body, "no quorum") || a.header.Get("Retry-After") == "" {
+	a = e.get("/", "Host: g101.test", "Accept: application/json")
+	if a.code != 503 || a.header.Get("Retry-After") == "" || strings.Contains(a.body, "no quorum") || strings.Contains(a.body, `"guest":`) ||
+		!strings.Contains(a.body, `"error":"The guest could not be started."`) {
 		t.Fatalf("API 500: %d %v %s", a.code, a.header, a.body)
 	}
 	// API timeouts: the poll and the status calls hang; the wake (and
@@ -341,5 +363,37 @@ func TestValidateAndLoadStartNothing(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if n := e.sim.CallsMatching("/status/"); n != 0 {
 		t.Fatalf("loading a config called %v", e.sim.CallCounts())
+	}
+}
+
+// show_details puts the node, vmid, address and the cluster's error text
+// on the page, the event stream and held answers.
+func TestShowDetails(t *testing.T) {
+	e := newEnv(t, pvesim.GuestSpec{VMID: 100, Name: "web", StartDelay: 200 * time.Millisecond})
+	e.sim.FailStarts(100, "startup for container '100' failed")
+	e.start(e.wakeSite("100", "show_details"))
+	a := e.get("/", "Accept: application/json")
+	if a.code != 503 || !strings.Contains(a.body, "startup for container '100' failed") || !strings.Contains(a.body, `"guest":"`+e.cluster+`/100"`) {
+		t.Fatalf("held answer: %d %s", a.code, a.body)
+	}
+	page := e.get("/", "Accept: text/html", "Sec-Fetch-Mode: navigate")
+	if page.code != 503 || !strings.Contains(page.body, "startup for container") {
+		t.Fatalf("error page: %d %s", page.code, page.body)
+	}
+	e.sim.ClearFaults()
+	time.Sleep(1100 * time.Millisecond) // back-off
+	if page = e.get("/", "Accept: text/html", "Sec-Fetch-Mode: navigate"); page.code != 503 {
+		t.Fatalf("page: %d", page.code)
+	}
+	res, err := client.Get(e.base + "/.well-known/proxmox-wake/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{"Waking up web (100)", "Starting CT 100 on pve1", `"message":"Address 127.`, `"phase":"ready"`} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("SSE lacks %q:\n%s", want, body)
+		}
 	}
 }
