@@ -122,8 +122,9 @@ func (h *APIHandler) loginCapabilities(q *request) map[string]map[string]int {
 	return capabilities(h.permissionsOf(q, ""))
 }
 
-// knownUsers lists every user id the config knows: login users and token
-// owners.
+// knownUsers lists every user id the config knows: login users, token
+// owners, and users named only by an identity block (those a Caddy auth
+// handler signs in, whose grants an admin still wants to see).
 func (h *APIHandler) knownUsers() []string {
 	set := map[string]bool{}
 	for u := range h.auth.users {
@@ -131,6 +132,10 @@ func (h *APIHandler) knownUsers() []string {
 	}
 	for t := range h.auth.tokens {
 		u, _, _ := strings.Cut(t, "!")
+		set[u] = true
+	}
+	for id := range h.perms.byID {
+		u, _, _ := strings.Cut(id, "!")
 		set[u] = true
 	}
 	var out []string

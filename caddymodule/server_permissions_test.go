@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -118,6 +119,49 @@ func TestRolesLimitWhatEachIdentitySeesAndDoes(t *testing.T) {
 		a.OK("GET", "/pools", nil, &pools)
 		if len(pools) != 1 || pools[0]["poolid"] != "lab" {
 			t.Fatalf("pool admin sees pools %v, want lab", pools)
+		}
+	})
+
+	t.Run("acl", func(t *testing.T) {
+		type entry struct {
+			Path      string `json:"path"`
+			UGID      string `json:"ugid"`
+			Type      string `json:"type"`
+			RoleID    string `json:"roleid"`
+			Propagate int    `json:"propagate"`
+		}
+		var acl []entry
+		admin.OK("GET", "/access/acl", nil, &acl)
+		// ghost@sso has an identity block only (a Caddy auth handler
+		// would sign it in): its grant is listed like everyone's.
+		for _, want := range []entry{
+			{"/vms/100", "ghost@sso", "user", "PVEVMUser", 1},
+			{"/", "auditor@pve", "user", "PVEAuditor", 1},
+			{"/pool/lab", "pooladmin@pve", "user", "PVEVMAdmin", 1},
+			{"/", "nobody@pve", "user", "NoAccess", 1},
+		} {
+			found := false
+			for _, e := range acl {
+				found = found || e == want
+			}
+			if !found {
+				t.Fatalf("admin's /access/acl lacks %+v: %+v", want, acl)
+			}
+		}
+		var users []map[string]any
+		admin.OK("GET", "/access/users", nil, &users)
+		var ids []string
+		for _, u := range users {
+			ids = append(ids, u["userid"].(string))
+		}
+		if !slices.Contains(ids, "ghost@sso") || !slices.Contains(ids, "nobody@pve") || !slices.Contains(ids, "vmuser@pve") {
+			t.Fatalf("admin lists users %v", ids)
+		}
+		// Without rights on /access a caller sees its own entries only.
+		acl = nil
+		asIdentity(t, "vmuser@pve").OK("GET", "/access/acl", nil, &acl)
+		if len(acl) != 1 || acl[0] != (entry{"/vms/101", "vmuser@pve", "user", "PVEVMUser", 1}) {
+			t.Fatalf("vmuser's /access/acl: %+v", acl)
 		}
 	})
 

@@ -88,6 +88,9 @@ https://localhost:%d {
 		identity admin@pve {
 			role Administrator
 		}
+		identity ghost@sso {
+			role PVEVMUser /vms/100
+		}
 	}
 }
 `, permsPort, permsSecret))
