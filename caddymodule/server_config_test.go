@@ -17,7 +17,6 @@ func TestConfigUpdateDigestPendingResizeTemplate(t *testing.T) {
 		t.Fatalf("create: %s", exit)
 	}
 	var cfg map[string]any
-	cfg = nil
 	a.OK("GET", "/nodes/"+node+"/qemu/"+id+"/config", nil, &cfg)
 	digest := cfg["digest"].(string)
 
@@ -121,7 +120,6 @@ func TestCloudInitCreate(t *testing.T) {
 		t.Fatalf("create: %s", exit)
 	}
 	var cfg map[string]any
-	cfg = nil
 	a.OK("GET", "/nodes/"+node+"/qemu/"+id+"/config", nil, &cfg)
 	if cfg["cipassword"] != "**********" || cfg["ide2"] != "local-lvm:vm-"+id+"-cloudinit,media=cdrom" || cfg["ipconfig0"] != "ip=dhcp" {
 		t.Fatalf("config %v", cfg)

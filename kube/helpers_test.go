@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"errors"
 	"hash/fnv"
 	"runtime"
 	"sort"
@@ -243,13 +242,6 @@ func homeNodeFor(uid string, names []string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(uid))
 	return names[h.Sum32()%uint32(len(names))]
-}
-
-func wantErrIs(t *testing.T, what string, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("%s: error %v, want %v", what, err, target)
-	}
 }
 
 func lastLine(lines []string) string {

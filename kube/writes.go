@@ -130,6 +130,8 @@ func (c *Cluster) cacheVM(vm *kubevirtv1.VirtualMachine) {
 }
 
 // ErrModified means the VM changed between read and write.
+//
+//lint:ignore ST1005 PVE's own words, which clients show and match.
 var ErrModified = errors.New("detected modified configuration - file changed by other user? Try again.")
 
 // ResizePVC grows a claim's storage request.

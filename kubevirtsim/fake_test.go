@@ -225,8 +225,7 @@ func TestFakeAPIServerSemantics(t *testing.T) {
 	// Finalizers delay deletion until they are removed; preconditions hold.
 	fin := patched.DeepCopy()
 	fin.Finalizers = []string{"example.com/hold"}
-	fin, err = vms.Update(e.ctx, fin, metav1.UpdateOptions{})
-	if err != nil {
+	if _, err = vms.Update(e.ctx, fin, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wrong := types.UID("nope")

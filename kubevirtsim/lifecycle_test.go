@@ -453,7 +453,7 @@ func TestPauseUnpause(t *testing.T) {
 	if err := vmis.Unpause(e.ctx, "web", &virtv1.UnpauseOptions{}); err != nil {
 		t.Fatalf("unpause: %v", err)
 	}
-	vm = e.waitPrintable("web", virtv1.VirtualMachineStatusRunning)
+	e.waitPrintable("web", virtv1.VirtualMachineStatusRunning)
 	e.waitVM("web", "ready, no Paused condition", func(vm *virtv1.VirtualMachine) bool {
 		return vm.Status.Ready && findVMCondition(vm, virtv1.VirtualMachinePaused) == nil
 	})

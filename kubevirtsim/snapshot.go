@@ -200,6 +200,7 @@ func (s *snapshots) syncSnapshot(ctx context.Context, key string) (time.Duration
 		st.Phase = snapshotv1.InProgress
 		st.SourceUID = ptr(vm.UID)
 		st.ReadyToUse = ptr(false)
+		//lint:ignore SA1019 KubeVirt 1.8 still fills the deprecated field next to its successor.
 		st.Indications, st.SourceIndications = s.indications(vm)
 		st.SnapshotVolumes = s.snapshotVolumes(vm)
 		setSnapshotCondition(&st.Conditions, snapshotv1.ConditionProgressing, corev1.ConditionTrue, msgSourceLocked, now)

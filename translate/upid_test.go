@@ -156,7 +156,7 @@ func TestUPIDKey(t *testing.T) {
 		{Node: long + "x", PID: 1, PStart: 2, StartTime: 3},
 		{Node: "PVE1", PID: 1, PStart: 2, StartTime: 3},
 	}
-	if a.Key() != a.Key() {
+	if again := (UPID{Node: long, PID: 1, PStart: 2, StartTime: 3}); a.Key() != again.Key() {
 		t.Error("Key() is not deterministic")
 	}
 	for _, v := range variants {
