@@ -48,7 +48,7 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	}
 	ns := cloneNamespace(q, g)
 	if !q.c.Serves(ns) {
-		return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", ns)
+		return nil, noPool(ns)
 	}
 	if s := q.p["storage"]; s != "" && !q.c.StorageClassExists(s) {
 		return nil, paramErr("storage", "storage '%s' does not exist", s)

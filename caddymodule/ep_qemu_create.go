@@ -31,7 +31,7 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	}
 	ns := h.createNamespace(q)
 	if !q.c.Serves(ns) {
-		return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", ns)
+		return nil, noPool(ns)
 	}
 	cfg := map[string]string{}
 	for k := range q.p {

@@ -247,6 +247,13 @@ func permErr(c check) *apiError {
 	return newError(http.StatusForbidden, "Permission check failed (%s, %s)", c.path, strings.Join(c.privs, "|"))
 }
 
+// noPool is PVE's answer to a create or clone into a pool that does not
+// exist: a permission exception (403), which clients such as bpg do not
+// retry the way they retry a 500.
+func noPool(pool string) *apiError {
+	return newError(http.StatusForbidden, "Permission check failed (pool '%s' does not exist)", pool)
+}
+
 // authorize runs an endpoint's checks before it touches anything. Writes
 // are checked against the apiserver's current answer; reads may reuse a
 // review a few seconds old, as they are served from the cache anyway.

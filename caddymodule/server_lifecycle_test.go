@@ -156,7 +156,7 @@ func TestPowerActionsAndPools(t *testing.T) {
 	if !found {
 		t.Fatalf("pool lab members %v", pools)
 	}
-	if ans := a.Do("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {"9999"}, "pool": {"nope"}}); ans.Code != 500 || !strings.Contains(ans.Message, "pool 'nope' does not exist") {
+	if ans := a.Do("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {"9999"}, "pool": {"nope"}}); ans.Code != 403 || strings.TrimSpace(ans.Message) != "Permission check failed (pool 'nope' does not exist)" {
 		t.Fatalf("unknown pool: %s", ans.Status)
 	}
 	for _, step := range []struct{ action, qmp string }{{"reboot", "running"}, {"reset", "running"}, {"suspend", "paused"}, {"resume", "running"}} {

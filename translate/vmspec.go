@@ -40,10 +40,11 @@ var intKeys = map[string]bool{
 	// booleans
 	"acpi": true, "autostart": true, "freeze": true, "kvm": true, "localtime": true, "numa": true,
 	"onboot": true, "protection": true, "reboot": true, "tablet": true, "template": true, "keephugepages": true,
+	"ciupgrade": true, "tdf": true,
 }
 
 // boolKeys are the boolean config keys, normalised to 0/1.
-var boolKeys = []string{"acpi", "autostart", "freeze", "kvm", "localtime", "numa", "onboot", "protection", "reboot", "tablet", "template", "keephugepages"}
+var boolKeys = []string{"acpi", "autostart", "ciupgrade", "freeze", "kvm", "localtime", "numa", "onboot", "protection", "reboot", "tablet", "tdf", "template", "keephugepages"}
 
 var dnsNameRE = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9\-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9\-]*[a-z0-9])?)*$`)
 

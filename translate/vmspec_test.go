@@ -19,7 +19,7 @@ func buildOK(t *testing.T, cfg map[string]string) *kubevirtv1.VirtualMachine {
 }
 
 func TestBuildVMBasics(t *testing.T) {
-	vm := buildOK(t, map[string]string{"name": "web-1", "cores": "2", "sockets": "2", "memory": "2048", "ostype": "l26", "tags": "b;a,A", "onboot": "yes"})
+	vm := buildOK(t, map[string]string{"name": "web-1", "cores": "2", "sockets": "2", "memory": "2048", "ostype": "l26", "tags": "b;a,A", "onboot": "yes", "tdf": "true", "ciupgrade": "1"})
 	if vm.Name != "web-1" || vm.Namespace != "default" {
 		t.Fatalf("name = %s/%s", vm.Namespace, vm.Name)
 	}
@@ -49,6 +49,10 @@ func TestBuildVMBasics(t *testing.T) {
 	}
 	if view["cores"] != int64(2) || view["onboot"] != int64(1) {
 		t.Fatalf("cores/onboot must be numbers, got %#v %#v", view["cores"], view["onboot"])
+	}
+	// bpg reads ciupgrade as a CustomBool, which takes the string "1" as false.
+	if view["tdf"] != int64(1) || view["ciupgrade"] != int64(1) {
+		t.Fatalf("tdf/ciupgrade must be numbers, got %#v %#v", view["tdf"], view["ciupgrade"])
 	}
 	if d, _ := view["digest"].(string); len(d) != 40 {
 		t.Fatalf("digest %q", view["digest"])
