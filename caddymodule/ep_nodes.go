@@ -13,6 +13,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // nodes lists the PVE nodes; a cluster without Node objects still shows
@@ -210,26 +211,79 @@ func (h *APIHandler) storageRows() []storageRow {
 	out := []storageRow{}
 	for _, sc := range h.cluster.StorageClasses() {
 		typ, shared := storageType(sc)
-		out = append(out, storageRow{Storage: sc.Name, Type: typ, Content: "images,rootdir", Active: 1, Enabled: 1, Shared: shared})
+		out = append(out, storageRow{Storage: sc.Name, Type: typ, Content: h.storageContent(sc.Name), Active: 1, Enabled: 1, Shared: shared})
 	}
 	return out
 }
 
+// storageContent lists the content types a storage holds: disk images
+// always, ISO images when a claim of the class carries one (see
+// AnnotationISOFile), so that clients picking "the ISO storage" by
+// content find it.
+func (h *APIHandler) storageContent(class string) string {
+	for _, pvc := range h.cluster.ClaimsOf(class) {
+		if pvc.Annotations[AnnotationISOFile] != "" {
+			return "images,iso,rootdir"
+		}
+	}
+	return "images,rootdir"
+}
+
+// getNodeStorage lists the storages a node can use, filtered like PVE's
+// storage index: storage (one id), content (any of a list), enabled, and
+// target (another node: shared storages only).
 func (h *APIHandler) getNodeStorage(q *request) (any, *apiError) {
-	if _, e := h.node(q); e != nil {
+	n, e := h.node(q)
+	if e != nil {
 		return nil, e
 	}
-	rows := h.visibleStorage(q)
-	if s, ok := q.p["storage"]; ok {
-		var out []storageRow
-		for _, r := range rows {
-			if r.Storage == s {
-				out = append(out, r)
+	var want []string
+	if c, ok := q.p["content"]; ok && c != "" {
+		for _, t := range strings.Split(c, ",") {
+			if !storageContentTypes[t] {
+				return nil, paramErr("content", "invalid format - invalid content type '%s'", t)
+			}
+			want = append(want, t)
+		}
+	}
+	if _, e := q.p.boolean("enabled", false); e != nil {
+		return nil, e
+	}
+	if _, e := q.p.boolean("format", false); e != nil {
+		return nil, e
+	}
+	target := q.p["target"]
+	if target != "" && !translate.ValidNodeName(target) {
+		return nil, paramErr("target", "invalid format - value does not look like a valid node name")
+	}
+	out := []storageRow{}
+	for _, r := range h.visibleStorage(q) {
+		if s, ok := q.p["storage"]; ok && r.Storage != s {
+			continue
+		}
+		if len(want) > 0 && !hasAnyContent(r.Content, want) {
+			continue
+		}
+		if target != "" && target != n.Name && r.Shared == 0 {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// storageContentTypes are PVE's content types (pve-storage-content).
+var storageContentTypes = map[string]bool{"images": true, "rootdir": true, "vztmpl": true, "iso": true, "backup": true, "snippets": true, "import": true, "none": true}
+
+func hasAnyContent(content string, want []string) bool {
+	for _, have := range strings.Split(content, ",") {
+		for _, w := range want {
+			if have == w {
+				return true
 			}
 		}
-		return out, nil
 	}
-	return rows, nil
+	return false
 }
 
 func (h *APIHandler) getNodeStorageStatus(q *request) (any, *apiError) {

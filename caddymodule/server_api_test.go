@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,5 +195,42 @@ func TestStorageContent(t *testing.T) {
 	}
 	if ans := a.Do("GET", "/nodes/kv-node-1-lab-internal/storage/nope/content", nil); ans.Code != 500 || !strings.Contains(ans.Message, "does not exist") {
 		t.Fatalf("unknown storage: %s", ans.Status)
+	}
+}
+
+// The node's storage index filters like PVE's: bpg's datastores data
+// source and Ansible rely on the server to do it.
+func TestNodeStorageFilters(t *testing.T) {
+	a := shared(t)
+	ids := func(q url.Values) string {
+		var rows []map[string]any
+		a.OK("GET", "/nodes/kv-node-1-lab-internal/storage", q, &rows)
+		var out []string
+		for _, r := range rows {
+			out = append(out, r["storage"].(string))
+		}
+		sort.Strings(out)
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		q    url.Values
+		want string
+	}{
+		{nil, "ceph-rbd,local-lvm"},
+		{url.Values{"content": {"images"}}, "ceph-rbd,local-lvm"},
+		{url.Values{"content": {"iso"}}, ""},
+		{url.Values{"content": {"iso,rootdir"}}, "ceph-rbd,local-lvm"},
+		{url.Values{"storage": {"ceph-rbd"}}, "ceph-rbd"},
+		// Another node: only storages both can reach.
+		{url.Values{"target": {"kv-node-2-lab-internal"}}, "ceph-rbd"},
+		{url.Values{"target": {"kv-node-1-lab-internal"}}, "ceph-rbd,local-lvm"},
+		{url.Values{"enabled": {"1"}, "content": {"images"}}, "ceph-rbd,local-lvm"},
+	} {
+		if got := ids(c.q); got != c.want {
+			t.Errorf("storage %v = %q, want %q", c.q, got, c.want)
+		}
+	}
+	if ans := a.Do("GET", "/nodes/kv-node-1-lab-internal/storage", url.Values{"content": {"movies"}}); ans.Code != 400 || ans.Errors["content"] != "invalid format - invalid content type 'movies'\n" {
+		t.Fatalf("bad content type: %s %s", ans.Status, ans.Raw)
 	}
 }
