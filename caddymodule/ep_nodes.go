@@ -52,11 +52,19 @@ func nodeIP(n kube.Node) string {
 	return ""
 }
 
+// nodeListRow is a /nodes row: PVE adds the node's certificate
+// fingerprint there (and only there), always as a string.
+type nodeListRow struct {
+	nodeRow
+	SSLFingerprint string `json:"ssl_fingerprint"`
+}
+
 func (h *APIHandler) getNodes(q *request) (any, *apiError) {
 	now := time.Now()
-	out := []nodeRow{}
+	fp := servedFingerprint(q.r)
+	out := []nodeListRow{}
 	for _, n := range h.nodes() {
-		out = append(out, nodeFacts(q.c, n, now))
+		out = append(out, nodeListRow{nodeFacts(q.c, n, now), fp})
 	}
 	return out, nil
 }

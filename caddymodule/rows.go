@@ -185,19 +185,18 @@ func vmResource(g kube.Guest, f guestFacts) resourceRow {
 
 // nodeRow is a /nodes row; /cluster/resources uses the same values.
 type nodeRow struct {
-	ID             string  `json:"id"`
-	Node           string  `json:"node"`
-	Type           string  `json:"type"`
-	Status         string  `json:"status"`
-	Uptime         int64   `json:"uptime"`
-	CPU            float64 `json:"cpu"`
-	MaxCPU         int64   `json:"maxcpu"`
-	Mem            int64   `json:"mem"`
-	MaxMem         int64   `json:"maxmem"`
-	Disk           int64   `json:"disk"`
-	MaxDisk        int64   `json:"maxdisk"`
-	Level          string  `json:"level"`
-	SSLFingerprint string  `json:"ssl_fingerprint,omitempty"`
+	ID      string  `json:"id"`
+	Node    string  `json:"node"`
+	Type    string  `json:"type"`
+	Status  string  `json:"status"`
+	Uptime  int64   `json:"uptime"`
+	CPU     float64 `json:"cpu"`
+	MaxCPU  int64   `json:"maxcpu"`
+	Mem     int64   `json:"mem"`
+	MaxMem  int64   `json:"maxmem"`
+	Disk    int64   `json:"disk"`
+	MaxDisk int64   `json:"maxdisk"`
+	Level   string  `json:"level"`
 
 	// Not in the row; /nodes/{n}/status shows them.
 	load                [3]float64

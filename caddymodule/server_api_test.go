@@ -1,7 +1,9 @@
 package caddymodule_test
 
 import (
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -42,6 +44,27 @@ func TestVersionAndNodes(t *testing.T) {
 		if _, ok := n["maxcpu"].(float64); !ok {
 			t.Fatalf("maxcpu must be a number: %v", n)
 		}
+	}
+	// ssl_fingerprint is the certificate this connection was served with,
+	// as PVE writes it; bpg's nodes data source fails without the field.
+	req, _ := http.NewRequest("GET", a.Base+"/api2/json/nodes", nil)
+	a.Auth(req)
+	res, err := a.C.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	sum := sha256.Sum256(res.TLS.PeerCertificates[0].Raw)
+	want := strings.ToUpper(strings.ReplaceAll(fmt.Sprintf("% x", sum[:]), " ", ":"))
+	for _, n := range nodes {
+		if n["ssl_fingerprint"] != want {
+			t.Fatalf("ssl_fingerprint %v, want %s", n["ssl_fingerprint"], want)
+		}
+	}
+	var resources []map[string]any
+	a.OK("GET", "/cluster/resources", url.Values{"type": {"node"}}, &resources)
+	if _, ok := resources[0]["ssl_fingerprint"]; ok {
+		t.Fatalf("cluster/resources rows have no fingerprint in PVE: %v", resources[0])
 	}
 	var st map[string]any
 	a.OK("GET", "/nodes/"+nodes[0]["node"].(string)+"/status", nil, &st)
