@@ -33,7 +33,9 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 		return nil, paramErr("format", "value '%s' does not have a value in the enumeration 'raw, qcow2, vmdk'", f)
 	}
 	if s := q.p["snapname"]; s != "" && s != "current" {
-		return nil, paramErr("snapname", "cloning from a snapshot is not supported yet; clone the current state")
+		// A refusal, not a malformed parameter: a 500 whose reason phrase
+		// clients show (proxmoxer cannot see a 400's errors object).
+		return nil, newError(http.StatusInternalServerError, "cloning from a snapshot is not supported yet; clone the current state")
 	}
 	node := g.Node
 	if t := q.p["target"]; t != "" {

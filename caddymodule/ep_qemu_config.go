@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -85,10 +86,10 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	if e != nil {
 		return g, e
 	}
-	// Reverting keys that are not pending is a no-op on PVE too; pending
-	// changes live in the VM template already and cannot be taken back.
-	if r := q.p["revert"]; r != "" && anyPending(translate.PendingView(g.VM, g.VMI), r) {
-		return g, paramErr("revert", "reverting changes that wait for a restart is not supported; set the old values instead")
+	if r := q.p["revert"]; r != "" {
+		if deletes, e = revertPending(translate.PendingView(g.VM, g.VMI), splitKeyList(r), cfg, deletes); e != nil {
+			return g, e
+		}
 	}
 	if len(cfg) == 0 && len(deletes) == 0 {
 		return g, nil
@@ -118,7 +119,8 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	digest := q.p["digest"]
 	return h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
 		if digest != "" && translate.ConfigView(g.VM)["digest"] != digest {
-			return nil, paramErr("digest", "%v", kube.ErrModified)
+			// PVE's assert_if_modified dies: a 500 whose reason clients show.
+			return nil, newError(http.StatusInternalServerError, "%v", kube.ErrModified)
 		}
 		want, errs := translate.UpdateVM(g.VM, h.vmRequest(q, g.VMID, g.Node, g.Namespace(), cfg), deletes)
 		if len(errs) > 0 {
@@ -163,22 +165,35 @@ func (h *APIHandler) rewrite(q *request, g kube.Guest, build func(kube.Guest) (*
 	}
 }
 
-func anyPending(rows []translate.PendingEntry, keys string) bool {
-	for _, k := range splitKeyList(keys) {
-		if k == "*" {
-			for _, r := range rows {
-				if r.Pending != nil || r.Delete != 0 {
-					return true
-				}
-			}
+// revertPending turns revert= into the config change that takes pending
+// values back: the running value is set again, a device the running VM
+// does not have yet is dropped. Keys without a pending change are left
+// alone, as on PVE. A device removed from the config while the VM still
+// runs has no config left to restore, so that revert is refused.
+func revertPending(rows []translate.PendingEntry, keys []string, cfg map[string]string, deletes []string) ([]string, *apiError) {
+	byKey := map[string]translate.PendingEntry{}
+	for _, r := range rows {
+		byKey[r.Key] = r
+	}
+	for _, k := range keys {
+		if !translate.ValidConfigKey(k) {
+			return deletes, paramErr("revert", "unknown option '%s'", k)
 		}
-		for _, r := range rows {
-			if r.Key == k && (r.Pending != nil || r.Delete != 0) {
-				return true
-			}
+		if _, set := cfg[k]; set || slices.Contains(deletes, k) {
+			return deletes, paramErr("revert", "unable to revert and change the same key '%s'", k)
+		}
+		r, ok := byKey[k]
+		switch {
+		case !ok || (r.Pending == nil && r.Delete == 0):
+		case r.Delete != 0:
+			return deletes, newError(http.StatusInternalServerError, "unable to revert the removal of '%s' while the VM runs: set it again, or restart the VM", k)
+		case r.Value == nil:
+			deletes = append(deletes, k)
+		default:
+			cfg[k] = fmt.Sprint(r.Value)
 		}
 	}
-	return false
+	return deletes, nil
 }
 
 // touches tells whether a change sets or deletes any key with one of the
@@ -347,7 +362,8 @@ func resizedVM(g kube.Guest, disk string, delta bool, bytes int64) (vm *kubevirt
 			target = cur + bytes
 		}
 		if target < cur {
-			return nil, 0, 0, "", paramErr("size", "shrinking disks is not supported")
+			// qemu-server dies here: a 500, not a parameter error.
+			return nil, 0, 0, "", newError(http.StatusInternalServerError, "shrinking disks is not supported")
 		}
 		target = (target + (1<<20 - 1)) &^ (1<<20 - 1)
 		dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(target, resource.BinarySI)

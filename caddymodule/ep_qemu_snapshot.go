@@ -104,7 +104,8 @@ func (h *APIHandler) postQemuSnapshot(q *request) (any, *apiError) {
 	if vmstate, e := q.p.boolean("vmstate", false); e != nil {
 		return nil, e
 	} else if vmstate {
-		return nil, paramErr("vmstate", "saving the RAM state is not supported: KubeVirt snapshots hold disks only")
+		// A refusal of a valid request: a 500 whose reason clients show.
+		return nil, newError(http.StatusInternalServerError, "saving the RAM state is not supported: KubeVirt snapshots hold disks only")
 	}
 	snaps, err := q.c.Snapshots(g)
 	if err != nil {
