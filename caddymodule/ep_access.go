@@ -1,7 +1,11 @@
 package caddymodule
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 
@@ -39,10 +43,45 @@ func (h *APIHandler) getAccessIndex(q *request) (any, *apiError) {
 func (h *APIHandler) getTicket(q *request) (any, *apiError) { return nil, nil }
 
 func (h *APIHandler) getDomains(q *request) (any, *apiError) {
-	return []map[string]any{
+	return h.realms(), nil
+}
+
+// realms are PVE's two built-in realms, plus the realm of users a Caddy
+// authentication handler signs in (trust_caddy_auth), shown as PVE shows
+// an external single sign-on realm.
+func (h *APIHandler) realms() []map[string]any {
+	out := []map[string]any{
 		{"realm": "pam", "type": "pam", "comment": "Linux PAM standard authentication"},
 		{"realm": "pve", "type": "pve", "comment": "Proxmox VE authentication server", "default": 1},
-	}, nil
+	}
+	if r := h.auth.caddyRealm; r != "" && r != "pam" && r != "pve" {
+		out = append(out, map[string]any{"realm": r, "type": "openid", "comment": "Signed in by Caddy"})
+	}
+	return out
+}
+
+// getDomain is one realm's configuration, for callers who may audit
+// /access (PVE: Realm.Allocate or Sys.Audit on /access/realm/<realm>).
+func (h *APIHandler) getDomain(q *request) (any, *apiError) {
+	realm := q.r.PathValue("realm")
+	if !h.seesAccess(q) {
+		return nil, permErr(check{path: "/access/realm/" + realm, privs: []string{"Realm.Allocate", "Sys.Audit"}})
+	}
+	for _, r := range h.realms() {
+		if r["realm"] != realm {
+			continue
+		}
+		out := map[string]any{}
+		for k, v := range r {
+			if k != "realm" {
+				out[k] = v
+			}
+		}
+		sum := sha1.Sum([]byte(fmt.Sprint(r)))
+		out["digest"] = hex.EncodeToString(sum[:])
+		return out, nil
+	}
+	return nil, newError(http.StatusInternalServerError, "domain '%s' does not exist", realm)
 }
 
 // postTicket logs a user in (or renews a ticket posted as the password).
@@ -238,6 +277,27 @@ func (h *APIHandler) getGroups(q *request) (any, *apiError) {
 		out = append(out, map[string]any{"groupid": g, "users": strings.Join(members[g], ",")})
 	}
 	return out, nil
+}
+
+// getGroup is one group with its members, for its members and callers
+// who may audit /access.
+func (h *APIHandler) getGroup(q *request) (any, *apiError) {
+	group := q.r.PathValue("groupid")
+	var members []string
+	for _, id := range h.Identities {
+		if slices.Contains(id.KubeGroups, group) {
+			members = append(members, id.ID)
+		}
+	}
+	mine, _ := h.perms.config(q.id)
+	if !h.seesAccess(q) && !slices.Contains(mine.KubeGroups, group) {
+		return nil, permErr(check{path: "/access/groups/" + group, privs: []string{"Sys.Audit", "Group.Allocate"}})
+	}
+	if members == nil {
+		return nil, newError(http.StatusInternalServerError, "group '%s' does not exist", group)
+	}
+	sort.Strings(members)
+	return map[string]any{"comment": "Kubernetes group", "members": members}, nil
 }
 
 func (h *APIHandler) getRoles(q *request) (any, *apiError) {

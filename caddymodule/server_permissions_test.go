@@ -165,6 +165,31 @@ func TestRolesLimitWhatEachIdentitySeesAndDoes(t *testing.T) {
 		}
 	})
 
+	t.Run("realms and groups", func(t *testing.T) {
+		var realm map[string]any
+		admin.OK("GET", "/access/domains/pam", nil, &realm)
+		if realm["type"] != "pam" || len(fmt.Sprint(realm["digest"])) != 40 {
+			t.Fatalf("realm pam: %v", realm)
+		}
+		if ans := admin.Do("GET", "/access/domains/nope", nil); ans.Code != 500 || ans.Status != "500 domain 'nope' does not exist" {
+			t.Fatalf("unknown realm: %s", ans.Status)
+		}
+		vmuser := asIdentity(t, "vmuser@pve")
+		denied(t, vmuser, "GET", "/access/domains/pam", nil, "Permission check failed (/access/realm/pam, Realm.Allocate|Sys.Audit)")
+		var group map[string]any
+		for _, a := range []*testcaddy.PVE{admin, vmuser, asIdentity(t, "auditor@pve")} {
+			group = nil
+			a.OK("GET", "/access/groups/lab-users", nil, &group)
+			if fmt.Sprint(group["members"]) != "[vmuser@pve]" {
+				t.Fatalf("group lab-users: %v", group)
+			}
+		}
+		denied(t, asIdentity(t, "pooladmin@pve"), "GET", "/access/groups/lab-users", nil, "Permission check failed (/access/groups/lab-users, Sys.Audit|Group.Allocate)")
+		if ans := admin.Do("GET", "/access/groups/nope", nil); ans.Code != 500 || ans.Status != "500 group 'nope' does not exist" {
+			t.Fatalf("unknown group: %s", ans.Status)
+		}
+	})
+
 	t.Run("user without grants", func(t *testing.T) {
 		a := &testcaddy.PVE{T: t, Base: fmt.Sprintf("https://localhost:%d", permsPort), C: testcaddy.Client()}
 		var login map[string]any

@@ -80,6 +80,7 @@ https://localhost:%d {
 		}
 		identity vmuser@pve {
 			role PVEVMUser /vms/101
+			kube_groups lab-users
 		}
 		identity pooladmin@pve {
 			role PVEVMAdmin /pool/lab
