@@ -139,15 +139,13 @@ func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
 	return h.beginSpec(q, spec)
 }
 
-// postQemuRollback restores a snapshot. KubeVirt restores stopped VMs
-// only; PVE's start=1 is honoured after the restore by the client.
+// postQemuRollback restores a snapshot. Like PVE's rollback it stops a
+// running VM first (the restore's StopTarget policy); the VM is left
+// stopped, as PVE leaves it for a snapshot without RAM state.
 func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 	g, s, e := h.snapshot(q)
 	if e != nil {
 		return nil, e
-	}
-	if running(g) {
-		return nil, newError(http.StatusInternalServerError, "VM %d is running - stop it before rolling back (KubeVirt restores stopped VMs only)", g.VMID)
 	}
 	r, err := q.c.RestoreSnapshot(q.ctx(), g, s.Obj)
 	if err != nil {

@@ -54,9 +54,22 @@ func TestCloneAndSnapshots(t *testing.T) {
 	if ans := a.Do("POST", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot", url.Values{"snapname": {"with_ram"}, "vmstate": {"1"}}); ans.Code != 500 || !strings.Contains(ans.Status, "RAM state is not supported") {
 		t.Fatalf("vmstate: %s", ans.Status)
 	}
-	a.OK("POST", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot/before-upgrade/rollback", nil, &upid)
+	// Rolling back a running VM stops it first, as PVE does, and restores
+	// the snapshot's config.
+	vmPath := "/nodes/kv-node-2-lab-internal/qemu/" + dst
+	a.OK("PUT", vmPath+"/config", url.Values{"memory": {"3072"}}, nil)
+	a.OK("POST", vmPath+"/status/start", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("start: %s", exit)
+	}
+	a.OK("POST", vmPath+"/snapshot/before-upgrade/rollback", nil, &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("rollback: %s", exit)
+	}
+	var after map[string]any
+	a.OK("GET", vmPath+"/config", nil, &after)
+	if st := a.Status("kv-node-2-lab-internal", dst); st["status"] != "stopped" || after["memory"] != cfg["memory"] {
+		t.Fatalf("after rollback of a running VM: status %v, memory %v (snapshot had %v)\n%v\n%v", st["status"], after["memory"], cfg["memory"], after, cfg)
 	}
 	a.OK("DELETE", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot/before-upgrade", nil, &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {

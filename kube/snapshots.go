@@ -2,16 +2,20 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"go.uber.org/zap"
 	"sort"
+
+	"go.uber.org/zap"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
 
@@ -153,6 +157,11 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 		Spec: snapshotv1.VirtualMachineRestoreSpec{
 			Target:                     corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: g.Name()},
 			VirtualMachineSnapshotName: s.Name,
+			// PVE's rollback stops a running VM first; KubeVirt does the same
+			// with StopTarget instead of waiting for someone to stop it.
+			TargetReadinessPolicy: ptr.To(snapshotv1.VirtualMachineRestoreStopTarget),
+			// Volumes keep their claim names, which PVE volume ids name.
+			VolumeRestorePolicy: ptr.To(snapshotv1.VolumeRestorePolicyInPlace),
 		},
 	}
 	return c.kv(ctx).SnapshotV1beta1().VirtualMachineRestores(g.Namespace()).Create(ctx, r, metav1.CreateOptions{})
@@ -199,6 +208,57 @@ func (c *Cluster) restoreState(ns, name string) (exists, complete bool) {
 	}
 	r := o.(*snapshotv1.VirtualMachineRestore)
 	return true, r.Status != nil && r.Status.Complete != nil && *r.Status.Complete
+}
+
+// reapplySnapshotConfig puts the PVE config and name the snapshot recorded
+// back on the restored VM. KubeVirt's restore replaces the spec but keeps
+// the VM's metadata, where the PVE config lives: without this a rollback
+// would show, and later rebuild from, the config of after the snapshot.
+// Idempotent, so that every replica judging the task may run it.
+func (c *Cluster) reapplySnapshotConfig(ctx context.Context, ns, restoreName string) error {
+	if c.restores == nil || c.snapshots == nil {
+		return nil
+	}
+	ro := c.restores.get(ns, restoreName)
+	if ro == nil {
+		return nil
+	}
+	r := ro.(*snapshotv1.VirtualMachineRestore)
+	so := c.snapshots.get(ns, r.Spec.VirtualMachineSnapshotName)
+	vo := c.vms.get(ns, r.Spec.Target.Name)
+	if so == nil || vo == nil {
+		return nil
+	}
+	recorded, err := c.SnapshotVM(ctx, so.(*snapshotv1.VirtualMachineSnapshot))
+	if err != nil || recorded == nil {
+		return err
+	}
+	cur := vo.(*kubevirtv1.VirtualMachine)
+	set := map[string]any{}
+	for _, k := range []string{translate.AnnotationConfig, translate.AnnotationName} {
+		want, had := recorded.Annotations[k]
+		if got, has := cur.Annotations[k]; has == had && got == want {
+			continue
+		}
+		if had {
+			set[k] = want
+		} else {
+			set[k] = nil // the snapshot's VM had none: remove it
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set, "uid": cur.UID}})
+	if err != nil {
+		return err
+	}
+	out, err := c.KubeVirt.KubevirtV1().VirtualMachines(ns).Patch(ctx, cur.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("restoring the PVE config of %s/%s: %w", ns, cur.Name, err)
+	}
+	c.cacheVM(out)
+	return nil
 }
 
 // SnapshotVM returns the VM as the snapshot recorded it (from its

@@ -429,7 +429,14 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
 		if _, complete := ts.c.restoreState(t.namespace, t.object); complete {
-			return true, translate.ExitOK, nil
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := ts.c.reapplySnapshotConfig(ctx, t.namespace, t.object)
+			cancel()
+			if err == nil {
+				return true, translate.ExitOK, nil
+			}
+			// Tried again on the next pass, until the deadline.
+			ts.c.logger.Warn("rollback", zap.String("upid", t.UPID.String()), zap.Error(err))
 		}
 	case GoalRunning, GoalRestarted, GoalResumed, GoalPaused:
 		if vm == nil {
