@@ -251,16 +251,32 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		if e != nil {
 			return nil, e
 		}
-		if !running(g) {
-			return nil, notRunning(g)
+		forceStop, e := q.p.boolean("forceStop", false)
+		if e != nil {
+			return nil, e
+		}
+		deadline := to + 2*time.Minute
+		line := fmt.Sprintf("shutting down VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
+		// As on PVE, shutting down a stopped VM is a task that ends OK
+		// (Terraform shuts down right after reading the status, racing
+		// a guest that powers off by itself).
+		if !running(g) && g.VMI == nil {
+			return h.begin(q, g, translate.TaskShutdown, kube.GoalStopped, deadline, line, nil)
 		}
 		var grace *int64
 		if to > 0 {
 			s := int64(to / time.Second)
 			grace = &s
 		}
-		deadline := to + 2*time.Minute
-		line := fmt.Sprintf("shutting down VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
+		// A paused guest cannot react to ACPI: PVE refuses, or stops it
+		// with forceStop.
+		if factsOf(nil, g, time.Now()).state.QMPStatus == translate.QMPPaused {
+			if !forceStop {
+				return nil, newError(http.StatusInternalServerError, "VM is paused - cannot shutdown")
+			}
+			zero := int64(0)
+			grace = &zero
+		}
 		return h.begin(q, g, translate.TaskShutdown, kube.GoalStopped, deadline, line, func(ctx context.Context) error { return c.StopVM(ctx, g, grace) })
 	case "reboot":
 		to, e := taskTimeout(q, 5*time.Minute)

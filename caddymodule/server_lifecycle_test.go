@@ -167,6 +167,12 @@ func TestPowerActionsAndPools(t *testing.T) {
 		if st := a.Status(node, id); st["status"] != "running" || st["qmpstatus"] != step.qmp {
 			t.Fatalf("after %s: %v", step.action, st)
 		}
+		// A paused guest cannot shut down: PVE refuses unless forceStop.
+		if step.action == "suspend" {
+			if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+id+"/status/shutdown", nil); ans.Code != 500 || ans.Status != "500 VM is paused - cannot shutdown" {
+				t.Fatalf("shutdown of a paused VM: %s", ans.Status)
+			}
+		}
 	}
 	if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+id+"/status/suspend", url.Values{"todisk": {"1"}}); ans.Code != 501 || !strings.Contains(ans.Message, "RAM state") {
 		t.Fatalf("todisk: %s", ans.Status)
@@ -176,7 +182,12 @@ func TestPowerActionsAndPools(t *testing.T) {
 	}
 	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, &upid)
 	a.WaitTask(upid)
-	for _, action := range []string{"shutdown", "reboot", "reset", "suspend", "resume"} {
+	// Shutting down a stopped VM is a task that ends OK, as on PVE.
+	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/shutdown", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" || !strings.Contains(upid, ":qmshutdown:"+id+":") {
+		t.Fatalf("shutdown of a stopped VM: %s %s", upid, exit)
+	}
+	for _, action := range []string{"reboot", "reset", "suspend", "resume"} {
 		if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+id+"/status/"+action, nil); ans.Code != 500 || ans.Message != "VM "+id+" not running\n" {
 			t.Fatalf("%s on a stopped VM: %s %q", action, ans.Status, ans.Message)
 		}
