@@ -44,7 +44,7 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 	out := []any{}
 	if typ == "" || typ == "vm" || typ == "qemu" {
 		for _, g := range h.visibleGuests(q) {
-			out = append(out, vmResource(g, factsOf(q.c, g, now)))
+			out = append(out, vmResource(g, factsOf(q.c, g, now), h.poolOf(g.Namespace())))
 		}
 	}
 	if typ == "" || typ == "node" {

@@ -46,7 +46,7 @@ func (h *APIHandler) poolWithMembers(q *request, id string) (map[string]any, *ap
 	members := []any{}
 	for _, g := range h.visibleGuests(q) {
 		if g.Namespace() == id {
-			members = append(members, vmResource(g, factsOf(q.c, g, now)))
+			members = append(members, vmResource(g, factsOf(q.c, g, now), id))
 		}
 	}
 	return map[string]any{"poolid": id, "members": members}, nil

@@ -173,13 +173,15 @@ func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
 	return row
 }
 
-func vmResource(g kube.Guest, f guestFacts) resourceRow {
+// vmResource is a VM's /cluster/resources row; pool is "" for a VM in no
+// pool (see APIHandler.poolOf).
+func vmResource(g kube.Guest, f guestFacts, pool string) resourceRow {
 	tmpl := f.tmpl
 	return resourceRow{
 		ID: "qemu/" + strconv.Itoa(g.VMID), Type: "qemu", Node: g.Node, Status: f.state.Status,
 		Name: g.PVEName(), VMID: g.VMID, Uptime: f.uptime, CPU: f.cpu, MaxCPU: f.cpus, Mem: f.mem, MaxMem: f.maxmem,
 		MaxDisk: f.maxdisk, NetIn: &f.netin, NetOut: &f.netout, DiskRead: &f.diskread, DiskWrite: &f.diskwrite,
-		Template: &tmpl, Pool: g.Namespace(), Lock: f.state.Lock, Tags: f.cfg["tags"],
+		Template: &tmpl, Pool: pool, Lock: f.state.Lock, Tags: f.cfg["tags"],
 	}
 }
 

@@ -46,7 +46,7 @@ func TestRowsCarryUsage(t *testing.T) {
 	var seen bool
 	for _, g := range c.Guests() {
 		f := factsOf(c, g, now)
-		st, res := vmStatus(g, f), vmResource(g, f)
+		st, res := vmStatus(g, f), vmResource(g, f, g.Namespace())
 		if g.Name() != "debian-12" {
 			if st.CPU != 0 || st.Mem != 0 {
 				t.Errorf("%s: cpu %v mem %v without a reading", g.Name(), st.CPU, st.Mem)
@@ -125,7 +125,7 @@ func TestRowsCarryKubeVirtMetrics(t *testing.T) {
 	seenVM, seenNode := false, false
 	for _, g := range c.Guests() {
 		f := factsOf(c, g, now)
-		st, res := vmStatus(g, f), vmResource(g, f)
+		st, res := vmStatus(g, f), vmResource(g, f, g.Namespace())
 		if g.Name() != "debian-12" {
 			if st.NetIn != 0 || *res.DiskWrite != 0 {
 				t.Errorf("%s: counters without a reading", g.Name())
