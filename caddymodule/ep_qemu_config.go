@@ -215,35 +215,26 @@ func touches(cfg map[string]string, deletes []string, prefixes ...string) bool {
 }
 
 // applyCloudInit (re)writes the VM's cloud-init Secret when its drive is
-// configured. The password is kept in the Secret only; a change that does
-// not set a new one keeps the old.
+// configured and takes its data from that Secret (a VM made elsewhere
+// keeps its own data). The password is kept in the Secret only; a change
+// that does not set a new one keeps the old, unless cipassword left the
+// config.
 func (h *APIHandler) applyCloudInit(q *request, vmid int, vm *kubevirtv1.VirtualMachine, password string, changed bool) *apiError {
 	if !changed || vm.UID == "" {
 		return nil
 	}
-	cfg := translate.StoredConfig(vm)
-	hasDrive := false
-	for _, v := range vm.Spec.Template.Spec.Volumes {
-		if v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil {
-			hasDrive = true
-		}
-	}
-	if !hasDrive {
+	name := translate.CloudInitSecretName(vmid)
+	if secret, _, _ := translate.CloudInitSource(vm); secret != name {
 		return nil
 	}
-	name := translate.CloudInitSecretName(vmid)
-	if password == "" {
+	if password == "" && translate.StoredConfig(vm)["cipassword"] != "" {
 		if s, err := q.c.Secret(q.ctx(), vm.Namespace, name); err == nil {
 			password = string(s.Data["cipassword"])
 		} else if !apierrors.IsNotFound(err) {
 			return kubeError(err)
 		}
 	}
-	macs := map[string]string{}
-	for _, i := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
-		macs[i.Name] = i.MacAddress
-	}
-	user, network, err := translate.CloudInit(cfg, password, macs)
+	user, network, err := renderCloudInit(vm, password)
 	if err != nil {
 		return paramErr("ipconfig0", "%v", err)
 	}
@@ -255,6 +246,16 @@ func (h *APIHandler) applyCloudInit(q *request, vmid int, vm *kubevirtv1.Virtual
 		return kubeError(err)
 	}
 	return nil
+}
+
+// renderCloudInit renders the VM's user-data and network-config from its
+// config, with each ipconfigN matched to its NIC's MAC.
+func renderCloudInit(vm *kubevirtv1.VirtualMachine, password string) (user, network string, err error) {
+	macs := map[string]string{}
+	for _, i := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
+		macs[i.Name] = i.MacAddress
+	}
+	return translate.CloudInit(translate.StoredConfig(vm), password, macs)
 }
 
 // putQemuConfig is the synchronous config update: data null.

@@ -3,11 +3,14 @@ package translate
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -22,6 +25,9 @@ type CloneRequest struct {
 	// Storage overrides the StorageClass of every cloned disk.
 	Storage   string
 	NameTaken func(name string) bool
+	// NewUUID draws a fresh UUID (PVE's generate_uuid) for the clone's
+	// smbios1 uuid and vmgenid; nil draws random ones.
+	NewUUID func() string
 }
 
 // storageIDRE is PVE's pve-storage-id format.
@@ -62,10 +68,23 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 		}
 	}
 	spec := src.Spec.Template.Spec.DeepCopy()
-	if spec.Domain.Firmware != nil {
-		spec.Domain.Firmware.UUID = "" // KubeVirt assigns a new one
-		spec.Domain.Firmware.Serial = ""
+	// Like PVE's clone_vm: always a new smbios1 uuid (the other smbios1
+	// fields kept), a new vmgenid when the source has one. The firmware
+	// UUID is the SMBIOS UUID KubeVirt gives the guest, so it is the same.
+	newUUID := req.NewUUID
+	if newUUID == nil {
+		newUUID = uuid.NewString
 	}
+	smbiosUUID := newUUID()
+	cfg["smbios1"] = withSMBIOSUUID(cfg["smbios1"], smbiosUUID)
+	if v := cfg["vmgenid"]; v != "" && v != "0" {
+		cfg["vmgenid"] = newUUID()
+	}
+	if spec.Domain.Firmware == nil {
+		spec.Domain.Firmware = &kubevirtv1.Firmware{}
+	}
+	spec.Domain.Firmware.UUID = types.UID(smbiosUUID)
+	spec.Domain.Firmware.Serial = ""
 	if spec.Hostname != "" {
 		spec.Hostname = KubeName(strings.SplitN(name, ".", 2)[0], req.NewID)
 	}
@@ -186,4 +205,41 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 		},
 	}
 	return vm, nil
+}
+
+// smbios1Keys are the properties of PVE's smbios1 format.
+var smbios1Keys = map[string]bool{"base64": true, "family": true, "manufacturer": true, "product": true,
+	"serial": true, "sku": true, "uuid": true, "version": true}
+
+// withSMBIOSUUID sets the uuid of an smbios1 value and prints it as PVE's
+// print_property_string does: keys sorted, the base64 flag as 1 or 0. A
+// value PVE could not parse keeps nothing but the uuid, as parse_smbios1
+// then yields no fields.
+func withSMBIOSUUID(smbios1, id string) string {
+	fields := map[string]string{}
+	for _, part := range strings.Split(smbios1, ",") {
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		if _, dup := fields[k]; !ok || !smbios1Keys[k] || dup {
+			fields = map[string]string{}
+			break
+		}
+		fields[k] = v
+	}
+	if b, err := parseBoolOption("base64", fields); err == nil && b != nil {
+		fields["base64"] = boolDigit(*b)
+	}
+	fields["uuid"] = id
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + fields[k]
+	}
+	return strings.Join(parts, ",")
 }

@@ -1,11 +1,17 @@
 package translate
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // IPConfig is a parsed ipconfigN value.
@@ -231,4 +237,136 @@ func quoteAll(in []string) []string {
 		out[i] = yamlString(s)
 	}
 	return out
+}
+
+// cloudInitOptions are the keys GET …/cloudinit lists when they are set:
+// PVE's $cloudinitoptions (ipconfigN, name and netN show there only as
+// pending additions or deletions, which never happen here).
+var cloudInitOptions = []string{"cicustom", "cipassword", "citype", "ciuser", "ciupgrade", "nameserver", "searchdomain", "sshkeys"}
+
+// CloudInitView is GET …/cloudinit: each cloud-init option the config sets
+// (PVE skips false values, so ciupgrade=0 and empty strings too) with the
+// value the drive was generated from, typed as GET …/config types it and
+// the password masked. A config change rewrites the drive's Secret in the
+// same call, so no row is ever pending or deleted.
+func CloudInitView(vm *kubevirtv1.VirtualMachine) []PendingEntry {
+	view := ConfigView(vm)
+	out := []PendingEntry{}
+	for _, k := range cloudInitOptions {
+		v, ok := view[k]
+		if !ok {
+			continue
+		}
+		if s := fmt.Sprint(v); s == "" || s == "0" {
+			continue
+		}
+		if k == "cipassword" {
+			v = MaskedPassword
+		}
+		out = append(out, PendingEntry{Key: k, Value: v})
+	}
+	return out
+}
+
+// CloudInitDrive tells whether the VM has a cloud-init drive, and whether
+// it is a ConfigDrive (citype=configdrive2) rather than NoCloud.
+func CloudInitDrive(vm *kubevirtv1.VirtualMachine) (has, configDrive bool) {
+	if vm.Spec.Template == nil {
+		return false, false
+	}
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		switch {
+		case v.CloudInitConfigDrive != nil:
+			return true, true
+		case v.CloudInitNoCloud != nil:
+			return true, false
+		}
+	}
+	return false, false
+}
+
+// CloudInitSource is where the VM's cloud-init drive takes its data from:
+// the Secret it names (this API's drives name vm-<vmid>-cloudinit), or,
+// for a VM made elsewhere, the user and network data written inline.
+func CloudInitSource(vm *kubevirtv1.VirtualMachine) (secret, user, network string) {
+	if vm.Spec.Template == nil {
+		return "", "", ""
+	}
+	inline := func(raw, b64 string) string {
+		if raw != "" || b64 == "" {
+			return raw
+		}
+		dec, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return ""
+		}
+		return string(dec)
+	}
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		var ud, nd *corev1.LocalObjectReference
+		switch {
+		case v.CloudInitNoCloud != nil:
+			c := v.CloudInitNoCloud
+			ud, nd, user, network = c.UserDataSecretRef, c.NetworkDataSecretRef, inline(c.UserData, c.UserDataBase64), inline(c.NetworkData, c.NetworkDataBase64)
+		case v.CloudInitConfigDrive != nil:
+			c := v.CloudInitConfigDrive
+			ud, nd, user, network = c.UserDataSecretRef, c.NetworkDataSecretRef, inline(c.UserData, c.UserDataBase64), inline(c.NetworkData, c.NetworkDataBase64)
+		default:
+			continue
+		}
+		switch {
+		case ud != nil:
+			secret = ud.Name
+		case nd != nil:
+			secret = nd.Name
+		}
+		return secret, user, network
+	}
+	return "", "", ""
+}
+
+// firmwareUUIDNamespace is the UUIDv5 namespace KubeVirt derives a VM's
+// firmware UUID from when the VM names none (CalculateLegacyUUID).
+var firmwareUUIDNamespace = uuid.MustParse("6a1a24a1-4061-4607-8bf4-a3963d0c5895")
+
+// FirmwareUUID is the SMBIOS UUID KubeVirt gives the VM's guest: the
+// template's firmware.uuid, else the one KubeVirt derives from the name.
+func FirmwareUUID(vm *kubevirtv1.VirtualMachine) string {
+	if t := vm.Spec.Template; t != nil && t.Spec.Domain.Firmware != nil && t.Spec.Domain.Firmware.UUID != "" {
+		return string(t.Spec.Domain.Firmware.UUID)
+	}
+	return uuid.NewSHA1(firmwareUUIDNamespace, []byte(vm.Name)).String()
+}
+
+// CloudInitMetaData is the meta-data KubeVirt writes next to the user and
+// network data when it builds the drive: for NoCloud the instance-id is
+// the firmware UUID, for ConfigDrive it is <name>.<namespace> with the UUID
+// beside it; the hostname is the template's, else the name's first label
+// (at most 63 characters). Both are JSON, as KubeVirt writes them.
+func CloudInitMetaData(vm *kubevirtv1.VirtualMachine) string {
+	hostname := strings.SplitN(vm.Name, ".", 2)[0]
+	if len(hostname) > 63 {
+		hostname = hostname[:63]
+	}
+	if t := vm.Spec.Template; t != nil && t.Spec.Hostname != "" {
+		hostname = t.Spec.Hostname
+	}
+	has, configDrive := CloudInitDrive(vm)
+	if !has {
+		configDrive = StoredConfig(vm)["citype"] == "configdrive2"
+	}
+	var buf []byte
+	if configDrive {
+		buf, _ = json.Marshal(struct {
+			InstanceID string `json:"instance_id"`
+			Hostname   string `json:"hostname,omitempty"`
+			UUID       string `json:"uuid,omitempty"`
+		}{vm.Name + "." + vm.Namespace, hostname, FirmwareUUID(vm)})
+	} else {
+		buf, _ = json.Marshal(struct {
+			InstanceID    string `json:"instance-id"`
+			LocalHostname string `json:"local-hostname,omitempty"`
+		}{FirmwareUUID(vm), hostname})
+	}
+	return string(buf)
 }

@@ -113,10 +113,10 @@ func ParseNetSpec(s string) (NetSpec, error) {
 		}
 		n.Bridge = v
 	}
-	if n.Firewall, err = parseNetBool("firewall", raw); err != nil {
+	if n.Firewall, err = parseBoolOption("firewall", raw); err != nil {
 		return fail("%v", err)
 	}
-	if n.LinkDown, err = parseNetBool("link_down", raw); err != nil {
+	if n.LinkDown, err = parseBoolOption("link_down", raw); err != nil {
 		return fail("%v", err)
 	}
 	if n.MTU, err = parseNetInt("mtu", raw, 1, 65520); err != nil {
@@ -198,9 +198,9 @@ func isNICModel(m string) bool {
 	return false
 }
 
-// parseNetBool reads an optional boolean option like PVE: parse_boolean,
-// then a '1'/'0' type check.
-func parseNetBool(key string, raw map[string]string) (*bool, error) {
+// parseBoolOption reads an optional boolean option of a property string
+// like PVE: parse_boolean, then a '1'/'0' type check.
+func parseBoolOption(key string, raw map[string]string) (*bool, error) {
 	v, ok := raw[key]
 	if !ok {
 		return nil, nil

@@ -323,7 +323,14 @@ func applyConfig(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 			} else {
 				persistent := true
 				efi.Persistent = &persistent
-				if dr.opts["pre-enrolled-keys"] == "1" {
+				// A boolean option is stored as PVE prints it: 1 or 0.
+				keys, err := parseBoolOption("pre-enrolled-keys", dr.opts)
+				if err != nil {
+					errs["efidisk0"] = "invalid format - " + err.Error()
+				} else if keys != nil {
+					dr.opts["pre-enrolled-keys"] = boolDigit(*keys)
+				}
+				if keys != nil && *keys {
 					on := true
 					efi.SecureBoot = &on
 					d.Features = &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{Enabled: &on}}

@@ -182,6 +182,49 @@ func TestDropDefaultKey(t *testing.T) {
 	}
 }
 
+// TestEFIDiskBooleans: pre-enrolled-keys is a boolean of the efidisk
+// property string, stored as PVE prints it (1/0) whatever spelling the
+// client sent, and it alone decides Secure Boot.
+func TestEFIDiskBooleans(t *testing.T) {
+	for _, tt := range []struct {
+		in, want string
+		secure   bool
+		bad      bool
+	}{
+		{in: "pre-enrolled-keys=1", want: "pre-enrolled-keys=1", secure: true},
+		{in: "pre-enrolled-keys=True", want: "pre-enrolled-keys=1", secure: true},
+		{in: "pre-enrolled-keys=on", want: "pre-enrolled-keys=1", secure: true},
+		{in: "pre-enrolled-keys=YES", want: "pre-enrolled-keys=1", secure: true},
+		{in: "pre-enrolled-keys=false", want: "pre-enrolled-keys=0"},
+		{in: "pre-enrolled-keys=0", want: "pre-enrolled-keys=0"},
+		{in: "pre-enrolled-keys=off", want: "pre-enrolled-keys=0"},
+		{in: "pre-enrolled-keys=maybe", bad: true},
+	} {
+		req := VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK,
+			Config: map[string]string{"bios": "ovmf", "efidisk0": "local-lvm:1,efitype=4m," + tt.in}}
+		vm, errs := BuildVM(req)
+		if tt.bad {
+			if !strings.Contains(errs["efidisk0"], "type check ('boolean') failed - got 'maybe'") {
+				t.Errorf("%s: errs %v", tt.in, errs)
+			}
+			continue
+		}
+		if len(errs) > 0 {
+			t.Fatalf("%s: %v", tt.in, errs)
+		}
+		if got, want := StoredConfig(vm)["efidisk0"], "local-lvm:vm-100-efidisk,efitype=4m,"+tt.want+",size=4M"; got != want {
+			t.Errorf("%s: stored %q, want %q", tt.in, got, want)
+		}
+		d := vm.Spec.Template.Spec.Domain
+		if got := *d.Firmware.Bootloader.EFI.SecureBoot; got != tt.secure {
+			t.Errorf("%s: secure boot %v", tt.in, got)
+		}
+		if smm := d.Features != nil && d.Features.SMM != nil && *d.Features.SMM.Enabled; smm != tt.secure {
+			t.Errorf("%s: SMM %v", tt.in, smm)
+		}
+	}
+}
+
 func TestEFITPMAndImport(t *testing.T) {
 	vm := buildOK(t, map[string]string{"bios": "ovmf", "efidisk0": "local-lvm:1,efitype=4m,pre-enrolled-keys=1", "tpmstate0": "local-lvm:1",
 		"scsi0": "local-lvm:0,import-from=local-lvm:golden-disk"})

@@ -1,0 +1,77 @@
+package translate
+
+import (
+	"fmt"
+	"testing"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// TestCloneIdentity: like PVE's clone_vm, a clone always gets a new smbios1
+// uuid (the other smbios1 fields kept), and a new vmgenid when the source
+// has one; KubeVirt's firmware UUID, which the guest reads as its SMBIOS
+// UUID, is the new smbios1 uuid.
+func TestCloneIdentity(t *testing.T) {
+	const oldUUID = "2d4a6c1e-0000-4000-8000-000000000001"
+	for _, tt := range []struct {
+		name                string
+		smbios1, vmgenid    string
+		firmware            *kubevirtv1.Firmware
+		wantSMBIOS, wantGen string
+	}{
+		{name: "none", wantSMBIOS: "uuid=U1"},
+		{name: "uuid only", smbios1: "uuid=" + oldUUID, wantSMBIOS: "uuid=U1"},
+		{name: "other fields kept, keys sorted", smbios1: "uuid=" + oldUUID + ",serial=abc,manufacturer=ACME",
+			wantSMBIOS: "manufacturer=ACME,serial=abc,uuid=U1"},
+		{name: "base64 flag printed as 1", smbios1: "base64=true,product=UHJvZA==,uuid=" + oldUUID,
+			wantSMBIOS: "base64=1,product=UHJvZA==,uuid=U1"},
+		{name: "unparsable value", smbios1: "garbage", wantSMBIOS: "uuid=U1"},
+		{name: "vmgenid renewed", smbios1: "uuid=" + oldUUID, vmgenid: "8f3c1e2a-0000-4000-8000-000000000002",
+			wantSMBIOS: "uuid=U1", wantGen: "U2"},
+		{name: "vmgenid 1 renewed", vmgenid: "1", wantSMBIOS: "uuid=U1", wantGen: "U2"},
+		{name: "vmgenid 0 kept", vmgenid: "0", wantSMBIOS: "uuid=U1", wantGen: "0"},
+		{name: "firmware uuid and serial replaced", smbios1: "uuid=" + oldUUID,
+			firmware: &kubevirtv1.Firmware{UUID: oldUUID, Serial: "s-1"}, wantSMBIOS: "uuid=U1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := map[string]string{"name": "golden", "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0"}
+			if tt.smbios1 != "" {
+				cfg["smbios1"] = tt.smbios1
+			}
+			if tt.vmgenid != "" {
+				cfg["vmgenid"] = tt.vmgenid
+			}
+			src := buildOK(t, cfg)
+			src.Spec.Template.Spec.Domain.Firmware = tt.firmware
+			n := 0
+			clone, errs := CloneVM(src, CloneRequest{NewID: 101, Node: "pve1", Namespace: "default",
+				NewUUID: func() string { n++; return fmt.Sprintf("U%d", n) }})
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			got := StoredConfig(clone)
+			if got["smbios1"] != tt.wantSMBIOS || got["vmgenid"] != tt.wantGen {
+				t.Fatalf("smbios1 %q vmgenid %q, want %q %q", got["smbios1"], got["vmgenid"], tt.wantSMBIOS, tt.wantGen)
+			}
+			fw := clone.Spec.Template.Spec.Domain.Firmware
+			if fw == nil || fw.UUID != "U1" || fw.Serial != "" {
+				t.Fatalf("firmware %+v, want the smbios1 uuid U1 and no serial", fw)
+			}
+			// The source is left alone.
+			if StoredConfig(src)["smbios1"] != tt.smbios1 || (tt.firmware != nil && src.Spec.Template.Spec.Domain.Firmware.UUID != oldUUID) {
+				t.Fatalf("source changed: %v %+v", StoredConfig(src), src.Spec.Template.Spec.Domain.Firmware)
+			}
+		})
+	}
+	// Without a generator the UUIDs are random and distinct.
+	src := buildOK(t, map[string]string{"name": "golden", "smbios1": "uuid=" + oldUUID, "vmgenid": "x"})
+	a, _ := CloneVM(src, CloneRequest{NewID: 101, Namespace: "default"})
+	b, _ := CloneVM(src, CloneRequest{NewID: 102, Namespace: "default"})
+	ca, cb := StoredConfig(a), StoredConfig(b)
+	if ca["smbios1"] == cb["smbios1"] || ca["smbios1"] == "uuid="+oldUUID || ca["vmgenid"] == cb["vmgenid"] || ca["vmgenid"] == ca["smbios1"][len("uuid="):] {
+		t.Fatalf("random UUIDs: %q %q / %q %q", ca["smbios1"], ca["vmgenid"], cb["smbios1"], cb["vmgenid"])
+	}
+	if string(a.Spec.Template.Spec.Domain.Firmware.UUID) != ca["smbios1"][len("uuid="):] {
+		t.Fatalf("firmware %q vs smbios1 %q", a.Spec.Template.Spec.Domain.Firmware.UUID, ca["smbios1"])
+	}
+}
