@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -236,8 +237,14 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cadd
 		}
 	}()
 	r2 := r.Clone(r.Context())
-	r2.URL.Path = cleanAPIPath(r.URL.Path)
-	r2.URL.RawPath = ""
+	// Routing works on the escaped path, so that an escaped slash stays
+	// inside its segment: bpg sends volume ids as content/local:iso%2Fx.iso.
+	r2.URL.RawPath = cleanAPIPath(r.URL.EscapedPath())
+	if p, err := url.PathUnescape(r2.URL.RawPath); err == nil {
+		r2.URL.Path = p
+	} else {
+		r2.URL.Path, r2.URL.RawPath = cleanAPIPath(r.URL.Path), ""
+	}
 	boundBody(w, r2)
 	if strings.Contains(r2.URL.Path+"/", "/./") || strings.Contains(r2.URL.Path+"/", "/../") {
 		// No PVE path has dot segments; ServeMux would answer a redirect.

@@ -219,6 +219,19 @@ func TestStorageContent(t *testing.T) {
 	if ans := a.Do("GET", "/nodes/kv-node-1-lab-internal/storage/nope/content", nil); ans.Code != 500 || !strings.Contains(ans.Message, "does not exist") {
 		t.Fatalf("unknown storage: %s", ans.Status)
 	}
+	// Volume ids escaped as bpg sends them: the escaped slash stays in the
+	// volume segment.
+	vol = nil
+	a.OK("GET", "/nodes/kv-node-1-lab-internal/storage/local-lvm/content/local-lvm%3Avm-100-disk-0", nil, &vol)
+	if vol["format"] != "raw" {
+		t.Fatalf("escaped volume id: %v", vol)
+	}
+	if ans := a.Do("GET", "/nodes/kv-node-1-lab-internal/storage/local-lvm/content/local-lvm:iso%2Fnope.iso", nil); ans.Code != 500 || ans.Status != "500 volume 'local-lvm:iso/nope.iso' does not exist" {
+		t.Fatalf("escaped slash in a volume id: %s", ans.Status)
+	}
+	if ans := a.Do("GET", "/nodes/kv-node-1-lab-internal/storage/local-lvm/content/x%2F..%2F..%2Fversion", nil); ans.Code == 200 {
+		t.Fatalf("escaped dot segments must not route elsewhere: %s %s", ans.Status, ans.Raw)
+	}
 }
 
 // The node's storage index filters like PVE's: bpg's datastores data
