@@ -442,6 +442,49 @@ func (h *APIHandler) defaultNamespace() string {
 	return "default"
 }
 
+// poolNeeds: Pool.Allocate on the pool, as every PVE pool write asks.
+func poolNeeds(h *APIHandler, q *request) []check {
+	id := poolID(q)
+	if id == "" {
+		return nil // the endpoint answers the missing parameter
+	}
+	return []check{{path: "/pool/" + id, ns: id, privs: []string{"Pool.Allocate"}}}
+}
+
+// poolAuditNeeds: Pool.Audit on the pool read by /pools/{poolid}.
+func poolAuditNeeds(h *APIHandler, q *request) []check {
+	id := q.r.PathValue("poolid")
+	return []check{{path: "/pool/" + id, ns: id, privs: []string{"Pool.Audit"}}}
+}
+
+// poolUpdateNeeds: Pool.Allocate on the pool and, as PVE's
+// check_perm_modify, Permissions.Modify or VM.Allocate on every VM listed
+// (Permissions.Modify or Datastore.Allocate on every storage), so that a
+// pool's owner cannot probe where VMs they may not touch live.
+func poolUpdateNeeds(h *APIHandler, q *request) []check {
+	out := poolNeeds(h, q)
+	if out == nil {
+		return nil
+	}
+	for _, s := range translate.SplitList(q.p["vms"]) {
+		id, err := translate.ParseVMID(s)
+		if err != nil {
+			continue // the endpoint answers the bad list
+		}
+		ns := ""
+		if g, err := q.c.Guest(id); err == nil {
+			ns = g.Namespace()
+		}
+		out = append(out, check{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"Permissions.Modify", "VM.Allocate"}})
+	}
+	for _, s := range translate.SplitList(q.p["storage"]) {
+		if translate.ParseStorageID(s) == nil {
+			out = append(out, check{path: "/storage/" + s, privs: []string{"Permissions.Modify", "Datastore.Allocate"}})
+		}
+	}
+	return out
+}
+
 // routeNeeds lists the permission of every route that has one; routes not
 // listed need only authentication (or filter what they show).
 var routeNeeds = map[string]needFunc{
@@ -454,6 +497,12 @@ var routeNeeds = map[string]needFunc{
 	"GET /nodes/{node}/storage/{storage}/content":                 storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
 	"GET /nodes/{node}/storage/{storage}/content/{volume}":        storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
 	"GET /storage/{storage}":                                      storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
+	"GET /pools/{poolid}":                                         poolAuditNeeds,
+	"POST /pools":                                                 poolNeeds,
+	"PUT /pools":                                                  poolUpdateNeeds,
+	"PUT /pools/{poolid}":                                         poolUpdateNeeds,
+	"DELETE /pools":                                               poolNeeds,
+	"DELETE /pools/{poolid}":                                      poolNeeds,
 	"POST /nodes/{node}/qemu":                                     createNeeds,
 	"DELETE /nodes/{node}/qemu/{vmid}":                            vmNeeds("VM.Allocate"),
 	"GET /nodes/{node}/qemu/{vmid}":                               vmNeeds("VM.Audit"),

@@ -190,7 +190,12 @@ func (h *APIHandler) routes() *http.ServeMux {
 
 	// pools and storage
 	h.handle(mux, "GET /pools", h.getPools)
+	h.handle(mux, "POST /pools", h.postPool)
+	h.handle(mux, "PUT /pools", h.putPool)
+	h.handle(mux, "DELETE /pools", h.deletePool)
 	h.handle(mux, "GET /pools/{poolid}", h.getPool)
+	h.handle(mux, "PUT /pools/{poolid}", h.putPool)
+	h.handle(mux, "DELETE /pools/{poolid}", h.deletePool)
 	h.handle(mux, "GET /storage", h.getStorageConfig)
 	h.handle(mux, "GET /storage/{storage}", h.getStorageConfigOne)
 

@@ -21,8 +21,10 @@ const (
 )
 
 var (
-	ssoPort    int
-	permsPort  int
+	ssoPort   int
+	permsPort int
+	// fixedPort serves a fixed list of namespaces (pools cannot be made).
+	fixedPort  int
 	sharedOnce sync.Once
 	sharedAPI  *testcaddy.PVE
 )
@@ -34,6 +36,7 @@ func shared(t *testing.T) *testcaddy.PVE {
 		port := testcaddy.FreePort(t)
 		ssoPort = testcaddy.FreePort(t)
 		permsPort = testcaddy.FreePort(t)
+		fixedPort = testcaddy.FreePort(t)
 		hash, err := bcrypt.GenerateFromPassword([]byte("sso-pass"), bcrypt.MinCost)
 		if err != nil {
 			t.Fatal(err)
@@ -94,7 +97,17 @@ https://localhost:%d {
 		}
 	}
 }
-`, permsPort, permsSecret))
+`, permsPort, permsSecret)+fmt.Sprintf(`
+https://localhost:%d {
+	tls internal
+	proxmox_api {
+		simulate
+		namespace default lab
+		token %s %s
+		auth_failure_delay 0s
+	}
+}
+`, fixedPort, testToken, testSecret))
 		base := fmt.Sprintf("https://localhost:%d", port)
 		testcaddy.WaitReady(t, base+"/")
 		sharedAPI = &testcaddy.PVE{Base: base, C: testcaddy.Client()}

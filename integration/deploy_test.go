@@ -129,6 +129,8 @@ func TestDeployManifests(t *testing.T) {
 		{"get", "subresources.kubevirt.io", "virtualmachineinstances", "vnc", "default", true},
 		{"create", "", "configmaps", "", "caddy-proxmox", true},
 		{"impersonate", "", "users", "", "", true},
+		{"create", "", "namespaces", "", "", true},
+		{"list", "cdi.kubevirt.io", "datavolumes", "", "default", true},
 		{"create", "", "configmaps", "", "default", false},
 		{"delete", "", "nodes", "", "", false},
 		{"delete", "", "persistentvolumeclaims", "", "default", false},

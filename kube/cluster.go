@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -81,8 +82,10 @@ type Cluster struct {
 	// kvMetrics polls Options.KubeVirtMetrics.
 	kvMetrics atomic.Pointer[metricsPoller]
 
-	power     *power
-	health    *health
+	power  *power
+	health *health
+	// cdi, when set, lists DataVolumes before a pool is deleted.
+	cdi       cdiclient.Interface
 	idClients identityClients
 	dialer    atomic.Pointer[ConsoleDialer] // consoles without a RESTConfig
 	access    accessCache
@@ -275,7 +278,7 @@ func (c *Cluster) Namespaces() []string {
 	var out []string
 	for _, o := range c.namespaces.list() {
 		n := o.(*corev1.Namespace)
-		if n.Status.Phase == corev1.NamespaceTerminating {
+		if terminating(n) {
 			continue
 		}
 		out = append(out, n.Name)
@@ -284,10 +287,12 @@ func (c *Cluster) Namespaces() []string {
 	return out
 }
 
-// Serves tells whether namespace ns is served.
+// Serves tells whether namespace ns is served. When every namespace is,
+// a namespace being deleted no longer is (nor is it listed by Namespaces).
 func (c *Cluster) Serves(ns string) bool {
 	if len(c.opts.Namespaces) == 0 {
-		return c.namespaces.get("", ns) != nil
+		n := c.namespace(ns)
+		return n != nil && !terminating(n)
 	}
 	for _, n := range c.opts.Namespaces {
 		if n == ns {
@@ -295,6 +300,11 @@ func (c *Cluster) Serves(ns string) bool {
 		}
 	}
 	return false
+}
+
+// terminating tells whether a namespace is being deleted.
+func terminating(n *corev1.Namespace) bool {
+	return n.Status.Phase == corev1.NamespaceTerminating || n.DeletionTimestamp != nil
 }
 
 // StorageClasses lists the cached StorageClasses.

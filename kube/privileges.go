@@ -51,6 +51,11 @@ func PrivilegeAccess(priv, ns string, virtAPI bool) Access {
 		return Access{Group: "", Resource: "nodes", Verb: "list"}
 	case priv == "Datastore.Audit":
 		return Access{Group: groupStorage, Resource: "storageclasses", Verb: "list"}
+	case priv == "Pool.Allocate":
+		// Pools are namespaces: making one is creating a namespace, a
+		// cluster-wide right (the write itself, create, patch or delete,
+		// is then made as the caller).
+		return Access{Group: "", Resource: "namespaces", Verb: "create"}
 	case priv == "Datastore.AllocateSpace":
 		return Access{Namespace: ns, Group: "", Resource: "persistentvolumeclaims", Verb: "create"}
 	}
