@@ -26,8 +26,8 @@ func (h *APIHandler) getPools(q *request) (any, *apiError) {
 	}
 	out := []map[string]any{}
 	for _, ns := range q.c.Namespaces() {
-		if !h.seesPool(q, ns) {
-			continue
+		if !h.seesPool(q, ns) || h.poolOf(ns) == "" {
+			continue // the namespace of VMs in no pool is no pool
 		}
 		row := map[string]any{"poolid": ns}
 		if p, ok := q.c.Pool(ns); ok && p.Comment != "" {
@@ -48,7 +48,7 @@ func (h *APIHandler) getPool(q *request) (any, *apiError) {
 }
 
 func (h *APIHandler) poolWithMembers(q *request, id string) (map[string]any, *apiError) {
-	if !q.c.Serves(id) {
+	if !q.c.Serves(id) || h.poolOf(id) == "" {
 		return nil, newError(http.StatusInternalServerError, "pool '%s' does not exist", id)
 	}
 	if !h.seesPool(q, id) {
