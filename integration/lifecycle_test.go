@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,10 +58,23 @@ func TestLifecycleOnRealAPIServer(t *testing.T) {
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("stop: %s", exit)
 	}
-	if _, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances("default").Get(ctx, "it-life", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		if err == nil {
-			t.Fatal("VMI still exists after the stop task ended")
+	// The task ends when the instance is final; PVE's status says stopped
+	// from then on, and the controller removes the instance soon after.
+	if st := a.Status(node, id); st["status"] != "stopped" {
+		t.Fatalf("status after the stop task ended: %v", st)
+	}
+	for i := 0; ; i++ {
+		vmi, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances("default").Get(ctx, "it-life", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
 		}
+		if err == nil && !vmi.IsFinal() {
+			t.Fatalf("VMI %s after the stop task ended", vmi.Status.Phase)
+		}
+		if i == 100 {
+			t.Fatal("VMI still exists 10 s after the stop task ended")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	a.OK("DELETE", "/nodes/"+node+"/qemu/"+id, form("purge", "1"), &upid)
