@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -116,6 +117,9 @@ func (h *APIHandler) newBackend(logger *zap.Logger) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubevirt client: %w", err)
 	}
+	if opts.CDI, err = cdiclient.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("CDI client: %w", err)
+	}
 	if opts.TaskNamespace == "" && len(h.Namespaces) == 0 {
 		opts.TaskNamespace = inClusterNamespace()
 	}
@@ -153,6 +157,7 @@ func newSimulatedBackend(opts kube.Options, extraVMs int, logger *zap.Logger) (*
 	go func() { _ = ctrl.Run(ctx) }()
 	go forgetActions(ctx, kc, kv, cdi)
 	opts.AssumeKubeVirtAPIs = true
+	opts.CDI = cdi
 	opts.Metrics = simulatedMetrics(kubevirtsim.NewMetrics(kc, kv))
 	if opts.MetricsInterval == 0 {
 		opts.MetricsInterval = 5 * time.Second

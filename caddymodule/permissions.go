@@ -326,7 +326,7 @@ func configNeeds(h *APIHandler, q *request) []check {
 	set := map[string]bool{}
 	for k, v := range q.p {
 		switch k {
-		case "digest", "skiplock", "background_delay", "node", "vmid":
+		case "digest", "skiplock", "background_delay", "force", "node", "vmid":
 			continue
 		case "delete", "revert":
 			for _, d := range splitKeyList(v) {

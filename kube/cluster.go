@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -53,6 +54,10 @@ type Options struct {
 	// Usage.Has) take precedence over those of Metrics.
 	KubeVirtMetrics         MetricsSource
 	KubeVirtMetricsInterval time.Duration
+	// CDI is the plugin's own CDI client (DataVolumes), for clusters
+	// without a RESTConfig to build per-identity clients from; a real
+	// cluster builds its clients from the RESTConfig when this is nil.
+	CDI cdiclient.Interface
 }
 
 // Cluster is a cached, read-mostly view of a KubeVirt cluster.

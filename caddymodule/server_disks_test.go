@@ -1,0 +1,107 @@
+package caddymodule_test
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+)
+
+// volumesOf lists the volume ids storage shows for a vmid.
+func volumesOf(t *testing.T, a *testcaddy.PVE, node, storage, vmid string) map[string]bool {
+	t.Helper()
+	var rows []map[string]any
+	a.OK("GET", "/nodes/"+node+"/storage/"+storage+"/content", url.Values{"vmid": {vmid}}, &rows)
+	out := map[string]bool{}
+	for _, r := range rows {
+		out[r["volid"].(string)] = true
+	}
+	return out
+}
+
+// A disk added to a VM made outside the API (the simulator's VM 101, whose
+// disk sata0 is the PVC vm-101-disk-0) keeps that disk, gets a fresh
+// volume, and the VM still starts; deleting the new disk with force=1
+// deletes its volume only.
+func TestAddDiskToForeignVM(t *testing.T) {
+	a := shared(t)
+	node, id := "kv-node-2-lab-internal", "101"
+	base := "/nodes/" + node + "/qemu/" + id
+	config := func() map[string]any {
+		t.Helper()
+		var cfg map[string]any
+		a.OK("GET", base+"/config", nil, &cfg)
+		return cfg
+	}
+	const sata0 = "ceph-rbd:vm-101-disk-0,size=64G"
+	cfg := config()
+	if cfg["sata0"] != sata0 {
+		t.Fatalf("the existing disk is not shown: %v", cfg)
+	}
+	if again := config(); again["digest"] != cfg["digest"] {
+		t.Fatal("config changed between two reads")
+	}
+
+	// Add a disk the way proxmox_disk does.
+	var upid string
+	a.OK("POST", base+"/config", url.Values{"scsi1": {"ceph-rbd:1"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("config task: %s", exit)
+	}
+	cfg = config()
+	if cfg["sata0"] != sata0 || cfg["scsi1"] != "ceph-rbd:vm-101-disk-1,size=1G" {
+		t.Fatalf("after adding scsi1: sata0=%v scsi1=%v", cfg["sata0"], cfg["scsi1"])
+	}
+	var pending []map[string]any
+	a.OK("GET", base+"/pending", nil, &pending)
+	for _, p := range pending {
+		if p["delete"] != nil {
+			t.Fatalf("pending deletes a device: %v", pending)
+		}
+	}
+	// Changing the disk not made through the API is refused, not guessed.
+	if ans := a.Do("PUT", base+"/config", url.Values{"sata0": {"ceph-rbd:8"}}); ans.Code != 400 || !strings.Contains(ans.Errors["sata0"], "not made through this API") {
+		t.Fatalf("replacing sata0: %s %v", ans.Status, ans.Errors)
+	}
+
+	// The VM starts: its volumes are all there.
+	a.OK("POST", base+"/status/start", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("start: %s", exit)
+	}
+	if st := a.Status(node, id); st["status"] != "running" || st["lock"] != nil {
+		t.Fatalf("status after start: %v", st)
+	}
+	a.OK("POST", base+"/status/stop", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("stop: %s", exit)
+	}
+
+	// Deleting the disk with force=1 deletes its volume, and only it.
+	a.OK("PUT", base+"/config", url.Values{"delete": {"scsi1"}, "force": {"1"}}, nil)
+	cfg = config()
+	for k := range cfg {
+		if strings.HasPrefix(k, "unused") || k == "scsi1" {
+			t.Fatalf("after delete with force: %v", cfg)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		vols := volumesOf(t, a, node, "ceph-rbd", id)
+		if !vols["ceph-rbd:vm-101-disk-0"] {
+			t.Fatalf("the VM's own disk is gone: %v", vols)
+		}
+		if !vols["ceph-rbd:vm-101-disk-1"] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deleted volumes still there: %v", vols)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if cfg := config(); cfg["sata0"] != sata0 {
+		t.Fatalf("sata0 at the end: %v", cfg["sata0"])
+	}
+}
