@@ -105,3 +105,31 @@ func TestAddDiskToForeignVM(t *testing.T) {
 		t.Fatalf("sata0 at the end: %v", cfg["sata0"])
 	}
 }
+
+// A disk imported from a volume carries size= like PVE's (proxmox_disk
+// reads it on its next run), the source's when none is asked for.
+func TestImportFromCarriesSize(t *testing.T) {
+	a := shared(t)
+	node := "kv-node-3-lab-internal"
+	var id, upid string
+	a.OK("GET", "/cluster/nextid", nil, &id)
+	a.OK("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {id}, "name": {"import-test"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	base := "/nodes/" + node + "/qemu/" + id
+	a.OK("POST", base+"/config", url.Values{"scsi0": {"ceph-rbd:0,import-from=local-lvm:vm-100-disk-0"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("import: %s", exit)
+	}
+	var cfg map[string]any
+	a.OK("GET", base+"/config", nil, &cfg)
+	if cfg["scsi0"] != "ceph-rbd:vm-"+id+"-disk-0,size=32G" {
+		t.Fatalf("scsi0 = %v", cfg["scsi0"])
+	}
+	if ans := a.Do("PUT", base+"/config", url.Values{"scsi1": {"ceph-rbd:0,import-from=local-lvm:vm-334-disk-0"}}); ans.Code != 400 || !strings.Contains(ans.Errors["scsi1"], "does not exist") {
+		t.Fatalf("import of a missing volume: %s %v", ans.Status, ans.Errors)
+	}
+	a.OK("DELETE", base, url.Values{"purge": {"1"}}, &upid)
+	a.WaitTask(upid)
+}

@@ -60,6 +60,7 @@ func seedWin11() *kubevirtv1.VirtualMachine {
 var seedClaims = claimsOf(map[string]ClaimInfo{
 	"vm-101-disk-0": {StorageClass: "ceph-rbd", Bytes: 64 * GiB},
 	"data-pvc":      {StorageClass: "local-lvm", Bytes: 10 * GiB},
+	"golden-disk":   {StorageClass: "local-lvm", Bytes: 3 * GiB},
 })
 
 func req101(cfg map[string]string) VMRequest {
@@ -353,6 +354,31 @@ func TestDeleteVolumes(t *testing.T) {
 	u, errs = UpdateVMChange(u.VM, VMRequest{VMID: 101, Namespace: "default", Claim: seedClaims}, []string{"unused1"})
 	if len(errs) > 0 || len(u.Destroy) != 0 {
 		t.Fatalf("delete client unused1: %v %v", errs, u.Destroy)
+	}
+}
+
+func TestImportFromSize(t *testing.T) {
+	for _, c := range []struct {
+		value, want string
+		bytes       int64
+	}{
+		{"local-lvm:0,import-from=local-lvm:golden-disk", "local-lvm:vm-100-disk-0,size=3G", 3 * GiB},
+		{"local-lvm:5,import-from=local-lvm:golden-disk", "local-lvm:vm-100-disk-0,size=5G", 5 * GiB},
+	} {
+		vm, errs := BuildVM(VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Claim: seedClaims, Config: map[string]string{"scsi0": c.value}})
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		if got := StoredConfig(vm)["scsi0"]; got != c.want {
+			t.Errorf("%s: %s, want %s", c.value, got, c.want)
+		}
+		if got := DataVolumeSize(vm.Spec.DataVolumeTemplates[0]); got != c.bytes {
+			t.Errorf("%s: DataVolume asks for %d, want %d", c.value, got, c.bytes)
+		}
+	}
+	if _, errs := BuildVM(VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Claim: seedClaims,
+		Config: map[string]string{"scsi0": "local-lvm:0,import-from=local-lvm:vm-334-disk-0"}}); !strings.Contains(errs["scsi0"], "does not exist") {
+		t.Fatalf("missing source: %v", errs)
 	}
 }
 

@@ -29,7 +29,8 @@ type VMRequest struct {
 	// claim name ISOClaimName gives; ok is false when there is none.
 	ISOSize func(claim string) (bytes int64, ok bool)
 	// Claim describes the claims of Namespace: the storage and size of
-	// disks not made through this API. nil knows none.
+	// disks not made through this API, the source of import-from. nil
+	// knows none (and checks no import source).
 	Claim ClaimLookup
 	// VolumeTaken reports whether a claim name is in use in Namespace (a
 	// PVC, a DataVolume, or a volume or DataVolume template of any VM), so
@@ -740,7 +741,8 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 			asDV := true
 			if imp, ok := d.opts["import-from"]; ok && newDiskRE.MatchString(d.file) {
 				// import-from copies a volume of this cluster: a DataVolume
-				// cloned from that claim (same namespace).
+				// cloned from that claim (same namespace), at least as
+				// large as the source.
 				m := newDiskRE.FindStringSubmatch(d.file)
 				src := strings.SplitN(imp, ":", 2)
 				if len(src) != 2 || strings.Contains(src[1], "/") || m[2] == "" {
@@ -753,13 +755,23 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 					continue
 				}
 				gib, _ := strconv.ParseFloat(m[3], 64)
+				bytes := int64(gib * (1 << 30))
+				if req.Claim != nil {
+					ci, ok := req.Claim.get(src[1])
+					if !ok {
+						errs[k] = fmt.Sprintf("import-from: volume '%s' does not exist", imp)
+						continue
+					}
+					bytes = max(bytes, ci.Bytes)
+				}
+				bytes = (bytes + (1<<20 - 1)) &^ (1<<20 - 1)
 				if volName, err = newVolume(); err != nil {
 					errs[k] = err.Error()
 					continue
 				}
 				sc := storage
 				st := &cdiv1.StorageSpec{StorageClassName: &sc}
-				if bytes := int64(gib * (1 << 30)); bytes > 0 {
+				if bytes > 0 {
 					st.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(bytes, resource.BinarySI)}
 					d.set("size", FormatSize(bytes))
 				}
