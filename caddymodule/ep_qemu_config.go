@@ -328,6 +328,33 @@ func (h *APIHandler) putQemuConfig(q *request) (any, *apiError) {
 	return nil, nil
 }
 
+// putQemuUnlink is PVE's unlink (qemu-server runs it as a config update
+// with delete=<idlist>): each disk key listed leaves the config; with
+// force=1 its volume is deleted, otherwise it stays as unusedN; an unusedN
+// listed is always deleted. Answers null.
+func (h *APIHandler) putQemuUnlink(q *request) (any, *apiError) {
+	if e := q.p.allowOnly("node", "vmid", "idlist", "force"); e != nil {
+		return nil, e
+	}
+	idlist, ok, e := q.p.str("idlist")
+	if e != nil {
+		return nil, e
+	}
+	if !ok || len(splitKeyList(idlist)) == 0 {
+		return nil, paramErr("idlist", "property is missing and it is not optional")
+	}
+	p := params{"delete": idlist}
+	if f, ok := q.p["force"]; ok {
+		p["force"] = f
+	}
+	uq := *q
+	uq.p = p
+	if _, e := h.updateConfig(&uq); e != nil {
+		return nil, e
+	}
+	return nil, nil
+}
+
 // postQemuConfig is the asynchronous variant: a qmconfig task.
 func (h *APIHandler) postQemuConfig(q *request) (any, *apiError) {
 	g, e := h.updateConfig(q)

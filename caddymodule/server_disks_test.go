@@ -23,8 +23,8 @@ func volumesOf(t *testing.T, a *testcaddy.PVE, node, storage, vmid string) map[s
 
 // A disk added to a VM made outside the API (the simulator's VM 101, whose
 // disk sata0 is the PVC vm-101-disk-0) keeps that disk, gets a fresh
-// volume, and the VM still starts; deleting the new disk with force=1
-// deletes its volume only.
+// volume, and the VM still starts; unlink then detaches and deletes only
+// what it names.
 func TestAddDiskToForeignVM(t *testing.T) {
 	a := shared(t)
 	node, id := "kv-node-2-lab-internal", "101"
@@ -79,12 +79,31 @@ func TestAddDiskToForeignVM(t *testing.T) {
 		t.Fatalf("stop: %s", exit)
 	}
 
-	// Deleting the disk with force=1 deletes its volume, and only it.
-	a.OK("PUT", base+"/config", url.Values{"delete": {"scsi1"}, "force": {"1"}}, nil)
+	// unlink without force detaches: the volume stays as unused0.
+	ans := a.Do("PUT", base+"/unlink", url.Values{"idlist": {"scsi1"}, "force": {"0"}})
+	if ans.Code != 200 || string(ans.Data) != "null" {
+		t.Fatalf("unlink: %s %s", ans.Status, ans.Raw)
+	}
+	cfg = config()
+	if cfg["scsi1"] != nil || cfg["unused0"] != "ceph-rbd:vm-101-disk-1" || cfg["sata0"] != sata0 {
+		t.Fatalf("after detach: %v", cfg)
+	}
+	// A disk added now gets the next free name, and unlink with force=1
+	// deletes its volume at once.
+	a.OK("PUT", base+"/config", url.Values{"virtio3": {"ceph-rbd:1"}}, nil)
+	cfg = config()
+	if cfg["virtio3"] != "ceph-rbd:vm-101-disk-2,size=1G" {
+		t.Fatalf("virtio3 = %v", cfg["virtio3"])
+	}
+	a.OK("PUT", base+"/unlink", url.Values{"idlist": {"virtio3"}, "force": {"1"}}, nil)
+	// unlink of unusedN deletes its volume; a repeat hits nothing.
+	for range 2 {
+		a.OK("PUT", base+"/unlink", url.Values{"idlist": {"unused0"}}, nil)
+	}
 	cfg = config()
 	for k := range cfg {
-		if strings.HasPrefix(k, "unused") || k == "scsi1" {
-			t.Fatalf("after delete with force: %v", cfg)
+		if strings.HasPrefix(k, "unused") || k == "virtio3" || k == "scsi1" {
+			t.Fatalf("after unlinking: %v", cfg)
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -93,7 +112,7 @@ func TestAddDiskToForeignVM(t *testing.T) {
 		if !vols["ceph-rbd:vm-101-disk-0"] {
 			t.Fatalf("the VM's own disk is gone: %v", vols)
 		}
-		if !vols["ceph-rbd:vm-101-disk-1"] {
+		if !vols["ceph-rbd:vm-101-disk-1"] && !vols["ceph-rbd:vm-101-disk-2"] {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -103,6 +122,16 @@ func TestAddDiskToForeignVM(t *testing.T) {
 	}
 	if cfg := config(); cfg["sata0"] != sata0 {
 		t.Fatalf("sata0 at the end: %v", cfg["sata0"])
+	}
+
+	// unlink is a config change of disks: VM.Config.Disk.
+	vmuser := asIdentity(t, "vmuser@pve")
+	denied(t, vmuser, "PUT", base+"/unlink", url.Values{"idlist": {"sata0"}}, "Permission check failed (/vms/101, VM.Config.Disk)")
+	if ans := a.Do("PUT", base+"/unlink", url.Values{"idlist": {"sata0"}, "cores": {"2"}}); ans.Code != 400 || ans.Errors["cores"] == "" {
+		t.Fatalf("unlink with a config key: %s %v", ans.Status, ans.Errors)
+	}
+	if ans := a.Do("PUT", base+"/unlink", nil); ans.Code != 400 || ans.Errors["idlist"] == "" {
+		t.Fatalf("unlink without idlist: %s %v", ans.Status, ans.Errors)
 	}
 }
 
