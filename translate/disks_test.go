@@ -392,3 +392,35 @@ func TestPendingForeignDisks(t *testing.T) {
 		}
 	}
 }
+
+func TestCloneDiskNames(t *testing.T) {
+	// VM 101 after a disk was added, one detached and its PVC re-attached
+	// under a PVE key.
+	up, errs := UpdateVM(seedWin11(), req101(map[string]string{"scsi1": "ceph-rbd:1", "scsi2": "local-lvm:1"}), nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	up, errs = UpdateVM(up, req101(nil), []string{"scsi2"}) // vm-101-disk-2 -> unused0
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	taken := takenBy(seedClaims, "vm-200-disk-0")
+	clone, errs := CloneVM(up, CloneRequest{NewID: 200, Namespace: "default", VolumeTaken: taken})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var names []string
+	for _, t := range clone.Spec.DataVolumeTemplates {
+		names = append(names, t.Name)
+	}
+	if !reflect.DeepEqual(names, []string{"vm-200-disk-1", "vm-200-disk-2"}) {
+		t.Fatalf("clone volumes %v", names)
+	}
+	v := ConfigView(clone, nil)
+	if v["unused0"] != nil || !strings.HasPrefix(v["scsi1"].(string), "ceph-rbd:vm-200-disk-") || !strings.HasPrefix(v["sata0"].(string), "pvc:vm-200-disk-") {
+		t.Fatalf("clone config %v", v)
+	}
+	if _, errs := CloneVM(up, CloneRequest{NewID: 200, Namespace: "default", VolumeTaken: func(string) (bool, error) { return false, errors.New("down") }}); errs["newid"] == "" {
+		t.Fatal("a clone whose volume names cannot be checked was built")
+	}
+}
