@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"kubevirt.io/client-go/containerizeddataimporter"
+	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -117,15 +117,13 @@ func (h *APIHandler) newBackend(logger *zap.Logger) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubevirt client: %w", err)
 	}
+	if opts.CDI, err = cdiclient.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("CDI client: %w", err)
+	}
 	if opts.TaskNamespace == "" && len(h.Namespaces) == 0 {
 		opts.TaskNamespace = inClusterNamespace()
 	}
-	cdi, err := containerizeddataimporter.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cdi client: %w", err)
-	}
 	c := kube.New(kc, kv, cfg, opts)
-	c.SetCDI(cdi)
 	if err := c.Start(context.Background()); err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.Host, err)
 	}
@@ -159,13 +157,13 @@ func newSimulatedBackend(opts kube.Options, extraVMs int, logger *zap.Logger) (*
 	go func() { _ = ctrl.Run(ctx) }()
 	go forgetActions(ctx, kc, kv, cdi)
 	opts.AssumeKubeVirtAPIs = true
+	opts.CDI = cdi
 	opts.Metrics = simulatedMetrics(kubevirtsim.NewMetrics(kc, kv))
 	if opts.MetricsInterval == 0 {
 		opts.MetricsInterval = 5 * time.Second
 	}
 	c := kube.New(kc, kv, nil, opts)
 	c.SetVirtAPI(true)
-	c.SetCDI(cdi)
 	consoles := kubevirtsim.NewConsoleServer(kv)
 	c.SetConsoleDialer(consoles.Dial)
 	if err := c.Start(ctx); err != nil {

@@ -108,7 +108,7 @@ func (h *APIHandler) getQemuConfig(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return translate.ConfigView(g.VM), nil
+	return translate.ConfigView(g.VM, claimLookup(q, g.Namespace())), nil
 }
 
 // getQemuPending lists the config as PVE's pending view: entries whose
@@ -118,7 +118,7 @@ func (h *APIHandler) getQemuPending(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return translate.PendingView(g.VM, g.VMI), nil
+	return translate.PendingView(g.VM, g.VMI, claimLookup(q, g.Namespace())), nil
 }
 
 // taskTimeout reads PVE's timeout= (seconds) for power tasks.

@@ -60,7 +60,8 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	}
 	vm, errs := translate.CloneVM(g.VM, translate.CloneRequest{
 		NewID: newID, Node: node, Namespace: ns, Name: q.p["name"], Description: q.p["description"], Storage: q.p["storage"],
-		NameTaken: func(name string) bool { return q.c.VMNameTaken(ns, name) },
+		NameTaken:   func(name string) bool { return q.c.VMNameTaken(ns, name) },
+		VolumeTaken: func(name string) (bool, error) { return q.c.VolumeNameTaken(q.ctx(), ns, name) },
 	})
 	if len(errs) > 0 {
 		return nil, paramError(errs)

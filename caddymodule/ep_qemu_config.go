@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,6 +43,19 @@ func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[st
 			s := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 			return s.Value(), true
 		},
+		Claim:       claimLookup(q, ns),
+		VolumeTaken: func(name string) (bool, error) { return q.c.VolumeNameTaken(q.ctx(), ns, name) },
+	}
+}
+
+// claimLookup describes the cached claims of namespace ns.
+func claimLookup(q *request, ns string) translate.ClaimLookup {
+	return func(name string) (translate.ClaimInfo, bool) {
+		pvc := q.c.CachedPVC(ns, name)
+		if pvc == nil {
+			return translate.ClaimInfo{}, false
+		}
+		return translate.ClaimInfoOf(pvc), true
 	}
 }
 
@@ -87,7 +101,7 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 		return g, e
 	}
 	if r := q.p["revert"]; r != "" {
-		if deletes, e = revertPending(translate.PendingView(g.VM, g.VMI), splitKeyList(r), cfg, deletes); e != nil {
+		if deletes, e = revertPending(translate.PendingView(g.VM, g.VMI, claimLookup(q, g.Namespace())), splitKeyList(r), cfg, deletes); e != nil {
 			return g, e
 		}
 	}
@@ -116,16 +130,27 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 			return g, nil
 		}
 	}
+	force, e := q.p.boolean("force", false)
+	if e != nil {
+		return g, e
+	}
 	digest := q.p["digest"]
-	return h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
-		if digest != "" && translate.ConfigView(g.VM)["digest"] != digest {
+	var destroy []string
+	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
+		if digest != "" && translate.ConfigView(g.VM, claimLookup(q, g.Namespace()))["digest"] != digest {
 			// PVE's assert_if_modified dies: a 500 whose reason clients show.
 			return nil, newError(http.StatusInternalServerError, "%v", kube.ErrModified)
 		}
-		want, errs := translate.UpdateVM(g.VM, h.vmRequest(q, g.VMID, g.Node, g.Namespace(), cfg), deletes)
+		req := h.vmRequest(q, g.VMID, g.Node, g.Namespace(), cfg)
+		req.Force = force
+		u, errs := translate.UpdateVMChange(g.VM, req, deletes)
 		if len(errs) > 0 {
 			return nil, paramError(errs)
 		}
+		if e := mayDestroy(q, g, u.Destroy); e != nil {
+			return nil, e
+		}
+		want := u.VM
 		ciChanged := touches(cfg, deletes, cloudInitKeys...) || touches(cfg, deletes, "ipconfig", "net", "ide", "sata", "scsi", "virtio")
 		if e := h.applyCloudInit(q, g.VMID, want, cfg["cipassword"], ciChanged); e != nil {
 			return nil, e
@@ -133,8 +158,61 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 		if makeTemplate {
 			markTemplate(want)
 		}
+		destroy = u.Destroy
 		return want, nil
-	}, translate.AnnotationConfig, translate.AnnotationName)
+	}, translate.AnnotationConfig, translate.AnnotationName, translate.AnnotationDiskKeys)
+	if e != nil {
+		return g, e
+	}
+	return g, destroyVolumes(q, g, destroy)
+}
+
+// mayDestroy refuses a change that would delete volumes another VM uses,
+// or that the caller may not delete (checked before the VM is written, so
+// that a refused delete does not leave the config changed).
+func mayDestroy(q *request, g kube.Guest, names []string) *apiError {
+	if len(names) == 0 {
+		return nil
+	}
+	ns := g.Namespace()
+	templated := false
+	for _, n := range names {
+		if users := q.c.ClaimUsers(ns, n, g.VM.UID); len(users) > 0 {
+			return newError(http.StatusInternalServerError, "volume '%s' is also used by VirtualMachine %s/%s; not deleting it", n, ns, users[0].Name)
+		}
+		for _, t := range g.VM.Spec.DataVolumeTemplates {
+			templated = templated || t.Name == n
+		}
+	}
+	needs := []kube.Access{{Namespace: ns, Resource: "persistentvolumeclaims", Verb: "delete"}}
+	if templated {
+		needs = append(needs, kube.Access{Namespace: ns, Group: "cdi.kubevirt.io", Resource: "datavolumes", Verb: "delete"})
+	}
+	for _, a := range needs {
+		ok, err := q.c.CanINow(q.ctx(), a)
+		switch {
+		case errors.Is(err, kube.ErrNoIdentity):
+			return nil // the plugin's own rights: the delete itself decides
+		case err != nil:
+			return kubeError(err)
+		case !ok:
+			return kubeDenied(fmt.Errorf("cannot delete %s in namespace %s", a.Resource, ns))
+		}
+	}
+	return nil
+}
+
+// destroyVolumes deletes the volumes a written config change freed.
+func destroyVolumes(q *request, g kube.Guest, names []string) *apiError {
+	for _, n := range names {
+		if err := q.c.DeleteVolume(q.ctx(), g.Namespace(), n); err != nil {
+			q.h.logger.Warn("volume freed by a config change not deleted", zap.String("namespace", g.Namespace()), zap.String("volume", n), zap.Error(err))
+			e := kubeError(err)
+			e.Message = fmt.Sprintf("VM %d updated, but deleting volume '%s' failed: %s", g.VMID, n, e.Message)
+			return e
+		}
+	}
+	return nil
 }
 
 // rewrite builds a VM change from the current object and writes it. KubeVirt
@@ -261,6 +339,33 @@ func renderCloudInit(vm *kubevirtv1.VirtualMachine, password string) (user, netw
 // putQemuConfig is the synchronous config update: data null.
 func (h *APIHandler) putQemuConfig(q *request) (any, *apiError) {
 	if _, e := h.updateConfig(q); e != nil {
+		return nil, e
+	}
+	return nil, nil
+}
+
+// putQemuUnlink is PVE's unlink (qemu-server runs it as a config update
+// with delete=<idlist>): each disk key listed leaves the config; with
+// force=1 its volume is deleted, otherwise it stays as unusedN; an unusedN
+// listed is always deleted. Answers null.
+func (h *APIHandler) putQemuUnlink(q *request) (any, *apiError) {
+	if e := q.p.allowOnly("node", "vmid", "idlist", "force"); e != nil {
+		return nil, e
+	}
+	idlist, ok, e := q.p.str("idlist")
+	if e != nil {
+		return nil, e
+	}
+	if !ok || len(splitKeyList(idlist)) == 0 {
+		return nil, paramErr("idlist", "property is missing and it is not optional")
+	}
+	p := params{"delete": idlist}
+	if f, ok := q.p["force"]; ok {
+		p["force"] = f
+	}
+	uq := *q
+	uq.p = p
+	if _, e := h.updateConfig(&uq); e != nil {
 		return nil, e
 	}
 	return nil, nil

@@ -170,9 +170,10 @@ func (h *APIHandler) getQemuSnapshotConfig(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	view := translate.ConfigView(g.VM)
+	claims := claimLookup(q, g.Namespace())
+	view := translate.ConfigView(g.VM, claims)
 	if vm, err := q.c.SnapshotVM(q.ctx(), s.Obj); err == nil && vm != nil {
-		view = translate.ConfigView(vm)
+		view = translate.ConfigView(vm, claims)
 	}
 	delete(view, "digest")
 	view["snaptime"] = s.Obj.CreationTimestamp.Unix()

@@ -3,7 +3,9 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -326,7 +328,7 @@ func configNeeds(h *APIHandler, q *request) []check {
 	set := map[string]bool{}
 	for k, v := range q.p {
 		switch k {
-		case "digest", "skiplock", "background_delay", "node", "vmid":
+		case "digest", "skiplock", "background_delay", "force", "node", "vmid":
 			continue
 		case "delete", "revert":
 			for _, d := range splitKeyList(v) {
@@ -351,6 +353,25 @@ func configNeeds(h *APIHandler, q *request) []check {
 		out = append(out, check{path: base[0].path, ns: base[0].ns, privs: []string{p}})
 	}
 	return append(out, storageChecks(q, base[0].ns)...)
+}
+
+// unlinkNeeds is PVE's unlink: VM.Config.Disk, and (as the config update
+// it is) the privilege of every key in idlist.
+func unlinkNeeds(h *APIHandler, q *request) []check {
+	base := vmNeeds(translate.PrivConfigDisk)(h, q)
+	if base == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, k := range splitKeyList(q.p["idlist"]) {
+		if p := translate.ConfigKeyPrivilege(k, ""); p != translate.PrivConfigDisk {
+			set[p] = true
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(set)) {
+		base = append(base, check{path: base[0].path, ns: base[0].ns, privs: []string{p}})
+	}
+	return base
 }
 
 // storageChecks asks for Datastore.AllocateSpace on every storage the
@@ -514,6 +535,7 @@ var routeNeeds = map[string]needFunc{
 	"PUT /nodes/{node}/qemu/{vmid}/cloudinit":                     vmNeeds(translate.PrivConfigCloudinit),
 	"GET /nodes/{node}/qemu/{vmid}/cloudinit/dump":                vmNeeds("VM.Audit"),
 	"PUT /nodes/{node}/qemu/{vmid}/resize":                        vmNeeds(translate.PrivConfigDisk),
+	"PUT /nodes/{node}/qemu/{vmid}/unlink":                        unlinkNeeds,
 	"POST /nodes/{node}/qemu/{vmid}/template":                     vmNeeds("VM.Allocate"),
 	"POST /nodes/{node}/qemu/{vmid}/clone":                        cloneNeeds,
 	"GET /nodes/{node}/qemu/{vmid}/status":                        vmNeeds("VM.Audit"),

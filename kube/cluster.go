@@ -54,6 +54,10 @@ type Options struct {
 	// Usage.Has) take precedence over those of Metrics.
 	KubeVirtMetrics         MetricsSource
 	KubeVirtMetricsInterval time.Duration
+	// CDI is the plugin's own CDI client (DataVolumes), for clusters
+	// without a RESTConfig to build per-identity clients from; a real
+	// cluster builds its clients from the RESTConfig when this is nil.
+	CDI cdiclient.Interface
 }
 
 // Cluster is a cached, read-mostly view of a KubeVirt cluster.
@@ -82,10 +86,8 @@ type Cluster struct {
 	// kvMetrics polls Options.KubeVirtMetrics.
 	kvMetrics atomic.Pointer[metricsPoller]
 
-	power  *power
-	health *health
-	// cdi, when set, lists DataVolumes before a pool is deleted.
-	cdi       cdiclient.Interface
+	power     *power
+	health    *health
 	idClients identityClients
 	dialer    atomic.Pointer[ConsoleDialer] // consoles without a RESTConfig
 	access    accessCache

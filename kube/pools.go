@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -56,10 +55,6 @@ func (e *PoolNotEmptyError) Error() string {
 	}
 	return s
 }
-
-// SetCDI gives the cluster a CDI client, used to make sure no DataVolume
-// is left in a namespace before it is deleted. Call before Start.
-func (c *Cluster) SetCDI(cdi cdiclient.Interface) { c.cdi = cdi }
 
 // ServesAll tells whether every namespace is served (no configured list),
 // i.e. whether pools can be created and deleted.
@@ -236,8 +231,8 @@ func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyErr
 			return nil, err
 		}
 	}
-	if c.cdi != nil {
-		dvs, err := c.cdi.CdiV1beta1().DataVolumes(ns).List(ctx, list)
+	if c.opts.CDI != nil {
+		dvs, err := c.opts.CDI.CdiV1beta1().DataVolumes(ns).List(ctx, list)
 		switch {
 		case apierrors.IsNotFound(err):
 			// CDI is not installed: there are no DataVolumes.
@@ -290,8 +285,8 @@ func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object) (bool, 
 		if err = e; e == nil {
 			uid = vm.UID
 		}
-	case ref.Kind == "DataVolume" && c.cdi != nil:
-		dv, e := c.cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	case ref.Kind == "DataVolume" && c.opts.CDI != nil:
+		dv, e := c.opts.CDI.CdiV1beta1().DataVolumes(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		if err = e; e == nil {
 			uid = dv.UID
 		}

@@ -21,8 +21,8 @@ func poolCluster(t *testing.T, opts Options, objs ...k8sruntime.Object) *Cluster
 	t.Helper()
 	checkGoroutines(t)
 	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(append(kubevirtsim.Seed(), objs...)...)
+	opts.CDI = cdi
 	c := New(kc, kv, nil, opts)
-	c.SetCDI(cdi)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {

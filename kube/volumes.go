@@ -1,11 +1,18 @@
 package kube
 
 import (
+	"context"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 const pvcStorageIndex = "storageclass"
@@ -60,4 +67,92 @@ func (c *Cluster) claimsExist(vm *kubevirtv1.VirtualMachine) bool {
 		}
 	}
 	return true
+}
+
+// ClaimUsers lists the cached VMs of ns that keep data on the claim name
+// or refer to it (translate.VolumeClaims), except the VM with UID except.
+func (c *Cluster) ClaimUsers(ns, name string, except types.UID) []*kubevirtv1.VirtualMachine {
+	inf := c.vms.informerFor(ns)
+	if inf == nil {
+		return nil
+	}
+	var out []*kubevirtv1.VirtualMachine
+	for _, o := range inf.GetStore().List() {
+		vm, ok := o.(*kubevirtv1.VirtualMachine)
+		if !ok || vm.Namespace != ns || (except != "" && vm.UID == except) {
+			continue
+		}
+		if slices.Contains(translate.VolumeClaims(vm), name) {
+			out = append(out, vm)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// VolumeNameTaken tells whether a new disk may not take the claim name in
+// ns: a PVC has it (in the cache, or on the apiserver, so that a claim
+// made a moment ago counts), a VM refers to it (ClaimUsers: DataVolume
+// templates not created yet, unused volumes), or a DataVolume has it (when
+// the caller may read DataVolumes; one without its PVC exists only for a
+// moment). An error means the answer is unknown.
+func (c *Cluster) VolumeNameTaken(ctx context.Context, ns, name string) (bool, error) {
+	if c.CachedPVC(ns, name) != nil || len(c.ClaimUsers(ns, name, "")) > 0 {
+		return true, nil
+	}
+	_, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case !apierrors.IsNotFound(err):
+		return false, err
+	}
+	if cdi := c.cdi(ctx); cdi != nil {
+		_, err := cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return true, nil
+		case !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// DeleteVolume deletes a claim a config change freed (PVE deleting an
+// unused volume, or a disk removed with force=1), as the caller: its
+// DataVolume when it has one (the garbage collector removes the PVC the
+// DataVolume owns), else the PVC. Each delete is guarded by the UID just
+// read. The caller has made sure no other VM uses the claim.
+func (c *Cluster) DeleteVolume(ctx context.Context, ns, name string) error {
+	bg := metav1.DeletePropagationBackground
+	if cdi := c.cdi(ctx); cdi != nil {
+		dv, err := cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			uid := dv.UID
+			err = cdi.CdiV1beta1().DataVolumes(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			if pvc := c.CachedPVC(ns, name); pvc == nil || metav1.IsControlledBy(pvc, dv) {
+				return nil
+			}
+		case !apierrors.IsNotFound(err):
+			return err
+		}
+	}
+	pvc, err := c.kube(ctx).CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	uid := pvc.UID
+	err = c.kube(ctx).CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }

@@ -28,6 +28,9 @@ type CloneRequest struct {
 	// NewUUID draws a fresh UUID (PVE's generate_uuid) for the clone's
 	// smbios1 uuid and vmgenid; nil draws random ones.
 	NewUUID func() string
+	// VolumeTaken reports claim names in use in Namespace (see
+	// VMRequest.VolumeTaken): the clone's disks never take one.
+	VolumeTaken func(name string) (bool, error)
 }
 
 // storageIDRE is PVE's pve-storage-id format.
@@ -133,8 +136,26 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 		default:
 			continue // read-only ISOs and other sources are shared, not copied
 		}
-		newName := fmt.Sprintf("vm-%d-disk-%d", req.NewID, n)
-		n++
+		var newName string
+		for tries := 0; newName == "" && tries < 1000; tries++ {
+			name := fmt.Sprintf("vm-%d-disk-%d", req.NewID, n)
+			n++
+			taken := false
+			if req.VolumeTaken != nil {
+				var err error
+				if taken, err = req.VolumeTaken(name); err != nil {
+					errs["newid"] = fmt.Sprintf("cannot tell whether volume name '%s' is free: %v", name, err)
+					return nil, errs
+				}
+			}
+			if !taken {
+				newName = name
+			}
+		}
+		if newName == "" {
+			errs["newid"] = fmt.Sprintf("no free volume name vm-%d-disk-<n>", req.NewID)
+			return nil, errs
+		}
 		renamed[claim] = newName
 		if req.Storage != "" {
 			s := req.Storage
@@ -154,27 +175,27 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 		v.VolumeSource = kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: newName}}
 	}
 	// Rewrite the volume ids in the disk keys and drop what only the
-	// source has.
+	// source has: volumes not copied, and unusedN (PVE does not clone
+	// unused disks either).
 	for k, v := range cfg {
 		switch {
-		case diskKeyRE.MatchString(k) || strings.HasPrefix(k, "unused"):
+		case strings.HasPrefix(k, "unused"):
+			delete(cfg, k)
+		case diskKeyRE.MatchString(k):
 			d, err := parseDrive(v)
 			if err != nil {
 				continue
 			}
-			if m := ownVolRE.FindStringSubmatch(d.file); m != nil {
-				nn, ok := renamed[m[2]]
-				if !ok {
-					delete(cfg, k)
-					continue
-				}
-				storage := m[1]
-				if req.Storage != "" {
-					storage = req.Storage
-				}
-				d.file = storage + ":" + nn
-			} else if m := ciVolRE.FindStringSubmatch(d.file); m != nil {
+			if m := ciVolRE.FindStringSubmatch(d.file); m != nil {
 				d.file = m[1] + ":" + CloudInitSecretName(req.NewID)
+			} else if st, name, ok := strings.Cut(d.file, ":"); ok && renamed[name] != "" {
+				if req.Storage != "" {
+					st = req.Storage
+				}
+				d.file = st + ":" + renamed[name]
+			} else if ownVolRE.MatchString(d.file) {
+				delete(cfg, k)
+				continue
 			}
 			cfg[k] = d.String()
 		}
@@ -186,14 +207,19 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 	}
 	rs := kubevirtv1.RunStrategyManual
 	id := strconv.Itoa(req.NewID)
+	annotations := map[string]string{
+		AnnotationNode: req.Node, AnnotationName: name, AnnotationConfig: EncodeConfig(cfg), AnnotationLock: LockClone,
+	}
+	// The clone keeps the disks' keys: the same disks, the same names.
+	if pins := src.Annotations[AnnotationDiskKeys]; pins != "" {
+		annotations[AnnotationDiskKeys] = pins
+	}
 	vm := &kubevirtv1.VirtualMachine{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: kname, Namespace: req.Namespace,
-			Labels: map[string]string{LabelVMID: id},
-			Annotations: map[string]string{
-				AnnotationNode: req.Node, AnnotationName: name, AnnotationConfig: EncodeConfig(cfg), AnnotationLock: LockClone,
-			},
+			Labels:      map[string]string{LabelVMID: id},
+			Annotations: annotations,
 		},
 		Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy:         &rs,

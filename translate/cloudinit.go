@@ -250,7 +250,7 @@ var cloudInitOptions = []string{"cicustom", "cipassword", "citype", "ciuser", "c
 // the password masked. A config change rewrites the drive's Secret in the
 // same call, so no row is ever pending or deleted.
 func CloudInitView(vm *kubevirtv1.VirtualMachine) []PendingEntry {
-	view := ConfigView(vm)
+	view := ConfigView(vm, nil) // no disk sizes needed
 	out := []PendingEntry{}
 	for _, k := range cloudInitOptions {
 		v, ok := view[k]

@@ -12,9 +12,11 @@ import (
 )
 
 // ConfigView is GET …/config: the stored PVE keys with live KubeVirt facts
-// laid over them, integers as numbers, and a digest of the whole.
-func ConfigView(vm *kubevirtv1.VirtualMachine) map[string]any {
-	cfg := configStrings(vm)
+// laid over them, integers as numbers, and a digest of the whole. claims
+// describes the claims of the VM's namespace (the storage and size of
+// disks not made through this API); nil knows none.
+func ConfigView(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string]any {
+	cfg := configStrings(vm, claims)
 	out := make(map[string]any, len(cfg)+1)
 	for k, v := range cfg {
 		if intKeys[k] {
@@ -31,10 +33,17 @@ func ConfigView(vm *kubevirtv1.VirtualMachine) map[string]any {
 
 // configStrings is the config as strings: stored keys overlaid with what
 // the VM object says now (so a kubectl edit shows up). Like PVE, keys at
-// their default are shown only when they were set.
-func configStrings(vm *kubevirtv1.VirtualMachine) map[string]string {
+// their default are shown only when they were set. Every disk of the spec
+// shows: those made from the config with their stored value, the others
+// (foreign, see specDisk) with a value derived from their volume.
+func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string]string {
 	cfg := StoredConfig(vm)
-	adopted := len(cfg) == 0 // made outside this API: show what it has
+	for _, s := range specDisks(vm, cfg) {
+		if !s.managed {
+			cfg[s.key] = foreignValue(vm, s, claims)
+		}
+	}
+	adopted := len(StoredConfig(vm)) == 0 // made outside this API: show what it has
 	overlay := func(key, live, def string) {
 		if _, set := cfg[key]; set || adopted || live != def {
 			cfg[key] = live
@@ -100,20 +109,29 @@ type PendingEntry struct {
 // KubeVirt applies only at the next start (the running instance still
 // has the old CPU, memory or device set) carry the new value as "pending",
 // devices removed from the config carry delete:1.
-func PendingView(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) []PendingEntry {
-	view := ConfigView(vm)
+func PendingView(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, claims ClaimLookup) []PendingEntry {
+	view := ConfigView(vm, claims)
 	delete(view, "digest")
 	running := map[string]any{}
 	devices := map[string]bool{}
 	if vmi != nil && !vmi.IsFinal() && vm.Spec.Template != nil {
 		live := vm.DeepCopy()
 		live.Spec.Template.Spec = *vmi.Spec.DeepCopy()
-		lv := ConfigView(live)
+		lv := ConfigView(live, claims)
 		for _, k := range []string{"cores", "sockets", "memory"} {
 			running[k] = lv[k]
 		}
+		// The instance's disks under the keys the VM shows them with.
+		keyOf := map[string]string{}
+		for _, s := range specDisks(vm, StoredConfig(vm)) {
+			keyOf[s.disk.Name] = s.key
+		}
 		for _, d := range vmi.Spec.Domain.Devices.Disks {
-			devices[d.Name] = true
+			if k, ok := keyOf[d.Name]; ok {
+				devices[k] = true
+			} else {
+				devices[d.Name] = true
+			}
 		}
 		for _, i := range vmi.Spec.Domain.Devices.Interfaces {
 			devices[i.Name] = true

@@ -124,8 +124,8 @@ func FuzzUpdateVM(f *testing.F) {
 			t.Fatalf("exactly one of VM and errors must be set: vm=%v errs=%v", up != nil, errs)
 		}
 		if up != nil {
-			_ = ConfigView(up)
-			_ = PendingView(up, nil)
+			_ = ConfigView(up, nil)
+			_ = PendingView(up, nil, nil)
 		}
 	})
 }

@@ -30,6 +30,13 @@ const (
 	// AnnotationLock holds a PVE config lock (e.g. "clone", "create") set by
 	// the emulator while a long-running task owns the VM.
 	AnnotationLock = "pve.caddy-proxmox.io/lock"
+
+	// AnnotationDiskKeys pins the PVE keys of disks not made through this
+	// API (JSON object, key -> disk name), written with every config
+	// update, so that such a disk keeps its key when disks or keys before
+	// it go away: a client that repeats a delete must never hit the disk
+	// that moved into the freed key.
+	AnnotationDiskKeys = "pve.caddy-proxmox.io/disk-keys"
 )
 
 // Snapshot annotations: PVE snapshot names allow what Kubernetes names do

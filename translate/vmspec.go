@@ -28,6 +28,18 @@ type VMRequest struct {
 	// ISOSize reports the size of the PVC holding an ISO image, by the
 	// claim name ISOClaimName gives; ok is false when there is none.
 	ISOSize func(claim string) (bytes int64, ok bool)
+	// Claim describes the claims of Namespace: the storage and size of
+	// disks not made through this API, the source of import-from. nil
+	// knows none (and checks no import source).
+	Claim ClaimLookup
+	// VolumeTaken reports whether a claim name is in use in Namespace (a
+	// PVC, a DataVolume, or a volume or DataVolume template of any VM), so
+	// that a new disk never gets the name of existing data. An error
+	// refuses the disk: the name cannot be known to be free.
+	VolumeTaken func(name string) (bool, error)
+	// Force is PVE's force=1 on a config update or unlink: a disk deleted
+	// from the config loses its volume instead of becoming unusedN.
+	Force bool
 }
 
 // msgNotInSchema is PVE's text for an unknown parameter.
@@ -150,8 +162,34 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 // UpdateVM applies a PVE config change (new values, keys to delete) to a
 // copy of vm. Errors are per parameter; on any error the VM is nil.
 func UpdateVM(vm *kubevirtv1.VirtualMachine, req VMRequest, deletes []string) (*kubevirtv1.VirtualMachine, map[string]string) {
+	u, errs := UpdateVMChange(vm, req, deletes)
+	return u.VM, errs
+}
+
+// VMUpdate is the outcome of a config change.
+type VMUpdate struct {
+	VM *kubevirtv1.VirtualMachine
+	// Destroy lists the claims the change removes for good, as PVE frees
+	// the volume of a deleted unusedN or of a disk deleted with force=1:
+	// the caller deletes their DataVolume or PVC once the VM is written.
+	// Each is a DataVolume template or a claim a disk of the VM used; the
+	// VM no longer refers to any of them.
+	Destroy []string
+}
+
+// UpdateVMChange is UpdateVM that also tells which volumes to delete.
+func UpdateVMChange(vm *kubevirtv1.VirtualMachine, req VMRequest, deletes []string) (VMUpdate, map[string]string) {
 	errs := map[string]string{}
-	cfg := configStrings(vm)
+	cfg := configStrings(vm, req.Claim)
+	chg := &diskChange{destroy: map[string]bool{}}
+	claimOfKey := map[string]string{}
+	for _, s := range specDisks(vm, StoredConfig(vm)) {
+		if s.disk.CDRom == nil {
+			if n, _ := claimOfVolume(s.vol); n != "" {
+				claimOfKey[s.key] = n
+			}
+		}
+	}
 	for _, k := range deletes {
 		if !ValidConfigKey(k) {
 			errs["delete"] = fmt.Sprintf("invalid format - unknown configuration key '%s'", k)
@@ -160,6 +198,19 @@ func UpdateVM(vm *kubevirtv1.VirtualMachine, req VMRequest, deletes []string) (*
 		if _, ok := req.Config[k]; ok {
 			errs["delete"] = fmt.Sprintf("cannot set and delete '%s' at the same time", k)
 			continue
+		}
+		switch {
+		case strings.HasPrefix(k, "unused"):
+			// Deleting unusedN frees its volume, force or not (PVE).
+			if v, ok := cfg[k]; ok {
+				if n := unusedVolume(v); n != "" {
+					chg.destroy[n] = true
+				}
+			}
+		case req.Force && diskKeyRE.MatchString(k):
+			if n := claimOfKey[k]; n != "" {
+				chg.destroy[n] = true
+			}
 		}
 		delete(cfg, k)
 	}
@@ -171,14 +222,23 @@ func UpdateVM(vm *kubevirtv1.VirtualMachine, req VMRequest, deletes []string) (*
 		cfg[k] = v
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return VMUpdate{}, errs
 	}
 	out := vm.DeepCopy()
-	applyConfig(out, req, cfg, errs)
+	applyConfigChange(out, req, cfg, errs, chg)
 	if len(errs) > 0 {
-		return nil, errs
+		return VMUpdate{}, errs
 	}
-	return out, nil
+	return VMUpdate{VM: out, Destroy: chg.destroyed}, nil
+}
+
+// diskChange is what a config update asks of the VM's existing volumes.
+type diskChange struct {
+	// destroy names the claims to remove for good: the volume of a
+	// deleted unusedN, or of a disk deleted with force.
+	destroy map[string]bool
+	// destroyed lists those the VM had and no longer refers to.
+	destroyed []string
 }
 
 // applyConfig writes every PVE key with a KubeVirt meaning into vm's
@@ -186,6 +246,13 @@ func UpdateVM(vm *kubevirtv1.VirtualMachine, req VMRequest, deletes []string) (*
 // in the config annotation. Parts of the spec no PVE key owns (volumes and
 // devices under other names, the firmware UUID, ...) are left alone.
 func applyConfig(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, errs map[string]string) {
+	applyConfigChange(vm, req, cfg, errs, &diskChange{})
+}
+
+func applyConfigChange(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, errs map[string]string, chg *diskChange) {
+	if vm.Annotations == nil {
+		vm.Annotations = map[string]string{} // made with kubectl: none yet
+	}
 	intIn := func(key string, def, lo, hi int) int {
 		v, ok := cfg[key]
 		if !ok {
@@ -401,7 +468,7 @@ func applyConfig(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 		errs["citype"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'configdrive2, nocloud, opennebula'", t)
 	}
 	applyNets(vm, req, cfg, bootOrder, errs)
-	applyDrives(vm, req, cfg, bootOrder, errs)
+	applyDrives(vm, req, cfg, bootOrder, errs, chg)
 	delete(cfg, "template")
 	if vm.Labels[LabelTemplate] == "true" {
 		cfg["template"] = "1"
@@ -488,40 +555,129 @@ func applyNets(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]stri
 }
 
 // applyDrives maps disk keys onto disks, volumes and DataVolume templates
-// of the same name. Existing volumes (vm-<id>-disk-<n>) are kept; new
-// "<storage>:<GiB>" disks get the next free index.
-func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, bootOrder map[string]uint, errs map[string]string) {
+// of the same name. Volumes of the VM ("<storage>:<claim>") are attached
+// by name; new "<storage>:<GiB>" disks get the first vm-<id>-disk-<n> that
+// no claim, DataVolume or VM of the namespace uses. Foreign disks (see
+// specDisk) are kept exactly as they are unless the update deletes their
+// key (then they are detached); an update that would change one is
+// refused, since it cannot be rebuilt from a PVE value without guessing.
+func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, bootOrder map[string]uint, errs map[string]string, chg *diskChange) {
 	spec := &vm.Spec.Template.Spec
-	var keys []string
-	for k := range cfg {
-		if diskKeyRE.MatchString(k) {
-			keys = append(keys, k)
+	stored := StoredConfig(vm)
+	sds := specDisks(vm, stored)
+	foreign := map[string]specDisk{} // by disk name
+	foreignKey := map[string]bool{}
+	for _, s := range sds {
+		if !s.managed {
+			foreign[s.disk.Name] = s
+			foreignKey[s.key] = true
 		}
 	}
-	sortIndexed(keys)
+	_, setBoot := req.Config["boot"]
+
+	// The claims this VM may attach by name, detach and delete: its
+	// DataVolume templates, the claims its disks use, its unusedN.
+	existingDV := map[string]kubevirtv1.DataVolumeTemplateSpec{}
+	owned := map[string]*ownedClaim{}
+	for _, dv := range vm.Spec.DataVolumeTemplates {
+		existingDV[dv.Name] = dv
+		owned[dv.Name] = &ownedClaim{storage: templateStorageClass(dv), template: true, dv: true}
+	}
+	for _, s := range sds {
+		if s.disk.CDRom != nil {
+			continue
+		}
+		if n, dv := claimOfVolume(s.vol); n != "" && owned[n] == nil {
+			owned[n] = &ownedClaim{dv: dv}
+		}
+	}
+	for _, k := range orderedKeys(stored) {
+		if !strings.HasPrefix(k, "unused") {
+			continue
+		}
+		if n := unusedVolume(stored[k]); n != "" && owned[n] == nil {
+			st, _, _ := strings.Cut(stored[k], ":")
+			owned[n] = &ownedClaim{storage: st, dv: false}
+		}
+	}
+	for n, o := range owned {
+		if o.storage == "" {
+			if ci, ok := req.Claim.get(n); ok {
+				o.storage = ci.StorageClass
+			}
+		}
+		if o.storage == "" {
+			o.storage = unknownStorage
+		}
+	}
+	usedDV := map[string]bool{} // claims a drive uses after this change
+
+	// Foreign disks first, in their order: kept as they are, or detached.
 	var disks []kubevirtv1.Disk
+	keepVol, dropVol := map[string]bool{}, map[string]bool{}
 	for _, d := range spec.Domain.Devices.Disks {
-		if !diskKeyRE.MatchString(d.Name) {
+		s, isForeign := foreign[d.Name]
+		switch {
+		case isForeign:
+			if _, keep := cfg[s.key]; !keep {
+				dropVol[d.Name] = true // detached: its claim becomes unusedN
+				continue
+			}
+			if v, set := req.Config[s.key]; set && !sameDrive(v, foreignValue(vm, s, req.Claim)) {
+				errs[s.key] = fmt.Sprintf("'%s' is the KubeVirt disk '%s', which was not made through this API: it can be detached or removed (delete, unlink), not changed or replaced", s.key, d.Name)
+				continue
+			}
+			if setBoot {
+				d.BootOrder = nil
+				if o, ok := bootOrder[s.key]; ok {
+					d.BootOrder = &o
+				}
+			}
+			keepVol[d.Name] = true
+			if n, _ := claimOfVolume(s.vol); n != "" && d.CDRom == nil {
+				usedDV[n] = true
+			}
 			disks = append(disks, d)
+		case !diskKeyRE.MatchString(d.Name):
+			disks = append(disks, d) // no key to show it under: not ours
 		}
 	}
 	var vols []kubevirtv1.Volume
 	for _, v := range spec.Volumes {
-		if !diskKeyRE.MatchString(v.Name) {
+		if keepVol[v.Name] || (!diskKeyRE.MatchString(v.Name) && !dropVol[v.Name]) {
 			vols = append(vols, v)
 		}
 	}
-	existingDV := map[string]kubevirtv1.DataVolumeTemplateSpec{}
-	next := 0
-	for _, dv := range vm.Spec.DataVolumeTemplates {
-		existingDV[dv.Name] = dv
-		if m := ownVolRE.FindStringSubmatch("x:" + dv.Name); m != nil {
-			if n, _ := strconv.Atoi(m[4]); n >= next {
-				next = n + 1
-			}
+
+	var keys []string
+	for k := range cfg {
+		if diskKeyRE.MatchString(k) && !foreignKey[k] {
+			keys = append(keys, k)
 		}
 	}
-	usedDV := map[string]bool{}
+	sortIndexed(keys)
+	next := 0
+	// newVolume is the first vm-<id>-disk-<n> nothing in the namespace uses.
+	newVolume := func() (string, error) {
+		for tries := 0; tries < 1000; tries++ {
+			name := fmt.Sprintf("vm-%d-disk-%d", req.VMID, next)
+			next++
+			if owned[name] != nil || chg.destroy[name] {
+				continue
+			}
+			if req.VolumeTaken != nil {
+				taken, err := req.VolumeTaken(name)
+				if err != nil {
+					return "", fmt.Errorf("cannot tell whether volume name '%s' is free: %v", name, err)
+				}
+				if taken {
+					continue
+				}
+			}
+			return name, nil
+		}
+		return "", fmt.Errorf("no free volume name vm-%d-disk-<n>", req.VMID)
+	}
 	var ciDrive string
 	for _, k := range keys {
 		d, err := parseDrive(cfg[k])
@@ -589,23 +745,11 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 			}
 			disk.Serial = d.opts["serial"]
 			var volName string
-			if m := ownVolRE.FindStringSubmatch(d.file); m != nil {
-				dv, ok := existingDV[m[2]]
-				if !ok {
-					errs[k] = fmt.Sprintf("volume '%s' does not exist", d.file)
-					continue
-				}
-				if usedDV[m[2]] {
-					errs[k] = fmt.Sprintf("volume '%s' is already used by another drive", d.file)
-					continue
-				}
-				volName = m[2]
-				if bytes := DataVolumeSize(dv); bytes > 0 {
-					d.set("size", FormatSize(bytes))
-				}
-			} else if imp, ok := d.opts["import-from"]; ok && newDiskRE.MatchString(d.file) {
+			asDV := true
+			if imp, ok := d.opts["import-from"]; ok && newDiskRE.MatchString(d.file) {
 				// import-from copies a volume of this cluster: a DataVolume
-				// cloned from that claim (same namespace).
+				// cloned from that claim (same namespace), at least as
+				// large as the source.
 				m := newDiskRE.FindStringSubmatch(d.file)
 				src := strings.SplitN(imp, ":", 2)
 				if len(src) != 2 || strings.Contains(src[1], "/") || m[2] == "" {
@@ -618,11 +762,23 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 					continue
 				}
 				gib, _ := strconv.ParseFloat(m[3], 64)
-				volName = fmt.Sprintf("vm-%d-disk-%d", req.VMID, next)
-				next++
+				bytes := int64(gib * (1 << 30))
+				if req.Claim != nil {
+					ci, ok := req.Claim.get(src[1])
+					if !ok {
+						errs[k] = fmt.Sprintf("import-from: volume '%s' does not exist", imp)
+						continue
+					}
+					bytes = max(bytes, ci.Bytes)
+				}
+				bytes = (bytes + (1<<20 - 1)) &^ (1<<20 - 1)
+				if volName, err = newVolume(); err != nil {
+					errs[k] = err.Error()
+					continue
+				}
 				sc := storage
 				st := &cdiv1.StorageSpec{StorageClassName: &sc}
-				if bytes := int64(gib * (1 << 30)); bytes > 0 {
+				if bytes > 0 {
 					st.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(bytes, resource.BinarySI)}
 					d.set("size", FormatSize(bytes))
 				}
@@ -633,6 +789,7 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 						Storage: st,
 					},
 				}
+				owned[volName] = &ownedClaim{storage: storage, template: true, dv: true}
 				delete(d.opts, "import-from")
 				d.file = storage + ":" + volName
 			} else if m := newDiskRE.FindStringSubmatch(d.file); m != nil {
@@ -652,8 +809,10 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 					continue
 				}
 				bytes = (bytes + (1<<20 - 1)) &^ (1<<20 - 1) // whole MiB, as PVE allocates
-				volName = fmt.Sprintf("vm-%d-disk-%d", req.VMID, next)
-				next++
+				if volName, err = newVolume(); err != nil {
+					errs[k] = err.Error()
+					continue
+				}
 				sc := storage
 				existingDV[volName] = kubevirtv1.DataVolumeTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Name: volName},
@@ -665,45 +824,111 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 						},
 					},
 				}
+				owned[volName] = &ownedClaim{storage: storage, template: true, dv: true}
 				d.file = storage + ":" + volName
 				d.set("size", FormatSize(bytes))
+			} else if st, name, ok := strings.Cut(d.file, ":"); ok && st != "" && owned[name] != nil {
+				// A volume of this VM: re-attached, or kept under its key.
+				o := owned[name]
+				if usedDV[name] {
+					errs[k] = fmt.Sprintf("volume '%s' is already used by another drive", d.file)
+					continue
+				}
+				// Re-attached in the same call that deletes its unusedN
+				// (or its old key, with force): moved, not deleted.
+				delete(chg.destroy, name)
+				volName, asDV = name, o.dv
+				size := int64(0)
+				if o.template {
+					size = DataVolumeSize(existingDV[name])
+				}
+				if ci, ok := req.Claim.get(name); ok && size == 0 {
+					size = ci.Bytes
+				}
+				if size > 0 {
+					d.set("size", FormatSize(size))
+				}
 			} else {
-				errs[k] = fmt.Sprintf("unable to parse volume '%s': use '<storage>:<size in GiB>' for a new disk or '<storage>:vm-<vmid>-disk-<n>' for an existing one", d.file)
+				_, claimed := req.Claim.get(name)
+				switch {
+				case ok && st != "" && claimed:
+					errs[k] = fmt.Sprintf("volume '%s' is not a volume of VM %d", d.file, req.VMID)
+				case ownVolRE.MatchString(d.file):
+					errs[k] = fmt.Sprintf("volume '%s' does not exist", d.file)
+				default:
+					errs[k] = fmt.Sprintf("unable to parse volume '%s': use '<storage>:<size in GiB>' for a new disk or '<storage>:vm-<vmid>-disk-<n>' for an existing one", d.file)
+				}
 				continue
 			}
 			usedDV[volName] = true
-			vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: volName}}}
+			if asDV {
+				vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: volName}}}
+			} else {
+				vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
+					PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: volName},
+				}}}
+			}
 		}
 		disks = append(disks, disk)
 		vols = append(vols, *vol)
 		cfg[k] = d.String()
 	}
-	// Disks dropped from the config stay as PVE's unusedN (the data is
-	// kept, as on PVE, until the VM is destroyed or the key deleted).
-	var dvs []kubevirtv1.DataVolumeTemplateSpec
-	var names []string
-	for n := range existingDV {
-		names = append(names, n)
+
+	// Claims no drive uses are PVE's unusedN: their data is kept until the
+	// key is deleted (or the disk was deleted with force). An unusedN
+	// keeps its key, as on PVE: a repeated delete of unused0 must not
+	// free the volume that would move into it.
+	prevKey := map[string]string{}
+	for _, k := range orderedKeys(cfg) {
+		if !strings.HasPrefix(k, "unused") {
+			continue
+		}
+		if v, ok := stored[k]; ok && v == cfg[k] {
+			if n := unusedVolume(v); n != "" && prevKey[n] == "" {
+				prevKey[n] = k
+			}
+		}
+		delete(cfg, k)
 	}
-	sort.Strings(names)
-	for u := range cfg {
-		if strings.HasPrefix(u, "unused") {
-			delete(cfg, u)
+	var dvs []kubevirtv1.DataVolumeTemplateSpec
+	for _, n := range orderedKeys(existingDV) {
+		if !chg.destroy[n] {
+			dvs = append(dvs, existingDV[n])
+		}
+	}
+	takenKey := map[string]bool{}
+	var fresh []string
+	for _, n := range orderedKeys(owned) {
+		switch {
+		case usedDV[n]:
+		case chg.destroy[n]:
+			chg.destroyed = append(chg.destroyed, n)
+		case prevKey[n] != "":
+			cfg[prevKey[n]] = owned[n].storage + ":" + n
+			takenKey[prevKey[n]] = true
+		default:
+			fresh = append(fresh, n)
 		}
 	}
 	unused := 0
-	for _, n := range names {
-		dv := existingDV[n]
-		dvs = append(dvs, dv)
-		if !usedDV[n] {
-			sc := ""
-			if dv.Spec.Storage != nil && dv.Spec.Storage.StorageClassName != nil {
-				sc = *dv.Spec.Storage.StorageClassName
-			}
-			cfg["unused"+strconv.Itoa(unused)] = sc + ":" + n
+	for _, n := range fresh {
+		for takenKey["unused"+strconv.Itoa(unused)] {
 			unused++
 		}
+		cfg["unused"+strconv.Itoa(unused)] = owned[n].storage + ":" + n
+		unused++
 	}
+	// Foreign disks are shown from the spec, never stored.
+	for k := range foreignKey {
+		delete(cfg, k)
+	}
+	var kept []specDisk
+	for _, s := range sds {
+		if !s.managed && keepVol[s.disk.Name] {
+			kept = append(kept, s)
+		}
+	}
+	pinDiskKeys(vm, kept)
 	vm.Spec.DataVolumeTemplates = dvs
 	spec.Domain.Devices.Disks = disks
 	spec.Volumes = vols

@@ -43,7 +43,7 @@ func TestBuildVMBasics(t *testing.T) {
 	if cfg["tags"] != "a;b" || cfg["onboot"] != "1" || cfg["ostype"] != "l26" {
 		t.Fatalf("stored config %v", cfg)
 	}
-	view := ConfigView(vm)
+	view := ConfigView(vm, nil)
 	if view["memory"] != "2048" {
 		t.Fatalf("memory must be a string in config, got %#v", view["memory"])
 	}
@@ -190,7 +190,7 @@ func TestConfigViewPreexisting(t *testing.T) {
 	vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
 	vm.Spec.Template.Spec.Domain.CPU = &kubevirtv1.CPU{Cores: 4}
 	vm.Spec.Template.Spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "net0", Model: "virtio", MacAddress: "02:00:00:aa:bb:cc"}}
-	v := ConfigView(vm)
+	v := ConfigView(vm, nil)
 	if v["name"] != "legacy" || v["cores"] != int64(4) || v["sockets"] != int64(1) {
 		t.Fatalf("view %v", v)
 	}
@@ -201,7 +201,7 @@ func TestConfigViewPreexisting(t *testing.T) {
 
 func TestPendingView(t *testing.T) {
 	vm := buildOK(t, map[string]string{"cores": "3"})
-	rows := PendingView(vm, nil)
+	rows := PendingView(vm, nil, nil)
 	found := false
 	for _, r := range rows {
 		if r.Key == "digest" {
@@ -226,7 +226,7 @@ func TestPendingRestartRequired(t *testing.T) {
 		t.Fatal(errs)
 	}
 	rows := map[string]PendingEntry{}
-	for _, r := range PendingView(up, vmi) {
+	for _, r := range PendingView(up, vmi, nil) {
 		rows[r.Key] = r
 	}
 	if r := rows["cores"]; r.Value != int64(2) || r.Pending != int64(4) {
@@ -255,7 +255,7 @@ func FuzzBuildVM(f *testing.F) {
 			t.Fatalf("exactly one of VM and errors must be set: vm=%v errs=%v", vm != nil, errs)
 		}
 		if vm != nil {
-			_ = ConfigView(vm)
+			_ = ConfigView(vm, nil)
 		}
 	})
 }
