@@ -157,13 +157,18 @@ func TestDeployManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	// And claim console tickets there, and sweep expired claims.
+	// The claim is still valid while it is used twice: an expired one may
+	// be swept in between (a claim starts a background sweep), which would
+	// make the second use look like the first.
 	ticket := fmt.Sprintf("deploy-probe-%d", time.Now().UnixNano())
-	if first, err := c.ConsoleClaims.Claim(ctx, ticket, time.Now().Add(-time.Second)); err != nil || !first {
+	expiry := time.Now().Add(2 * time.Second)
+	if first, err := c.ConsoleClaims.Claim(ctx, ticket, expiry); err != nil || !first {
 		t.Fatalf("claiming a console ticket as the ServiceAccount: %v %v", first, err)
 	}
-	if first, err := c.ConsoleClaims.Claim(ctx, ticket, time.Now().Add(-time.Second)); err != nil || first {
+	if first, err := c.ConsoleClaims.Claim(ctx, ticket, expiry); err != nil || first {
 		t.Fatalf("second claim as the ServiceAccount: %v %v", first, err)
 	}
+	time.Sleep(time.Until(expiry) + 10*time.Millisecond)
 	// (A claim may start a background sweep that gets there first.)
 	if _, err := c.ConsoleClaims.Collect(ctx); err != nil {
 		t.Fatalf("sweeping claims as the ServiceAccount: %v", err)
