@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -48,7 +49,28 @@ func (c *Cluster) startMigrationStore(ctx context.Context) *store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return mig.VirtualMachineInstanceMigrations(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{migrationVMIIndex: func(obj any) ([]string, error) {
+		if m, ok := obj.(*kubevirtv1.VirtualMachineInstanceMigration); ok {
+			return []string{m.Namespace + "/" + m.Spec.VMIName}, nil
+		}
+		return nil, nil
+	}}, stripMeta, func(any, any) { c.Tasks.poke() })
+}
+
+const migrationVMIIndex = "vmi"
+
+// Migrating tells whether a migration of g's instance has not ended yet
+// (PVE's migrate lock, from the moment the migration is asked for).
+func (c *Cluster) Migrating(g Guest) bool {
+	if c.migrations == nil {
+		return false
+	}
+	for _, o := range c.migrations.byIndex(migrationVMIIndex, g.Namespace()+"/"+g.Name()) {
+		if m := o.(*kubevirtv1.VirtualMachineInstanceMigration); !m.IsFinal() && m.DeletionTimestamp == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // CreateMigration asks KubeVirt, as the caller, to live-migrate g's
@@ -206,7 +228,7 @@ func (ts *Tasks) evaluateMigrated(t *Task, vm *kubevirtv1.VirtualMachine, vmi *k
 	switch {
 	case m != nil && m.Status.Phase == kubevirtv1.MigrationFailed:
 		reason := migrationFailure(m, vmi)
-		return true, "migration aborted: " + reason, []string{"ERROR: online migrate failure - " + reason}
+		return true, "migration aborted: " + reason, []string{fmt.Sprintf("ERROR: migration aborted (duration %s): %s", taskDuration(now.Sub(t.started)), reason)}
 	case m == nil && c.migrations != nil && now.Sub(t.started) > 10*time.Second:
 		return true, "migration aborted: the migration " + t.object + " was deleted", nil
 	}
