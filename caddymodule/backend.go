@@ -152,6 +152,7 @@ func newSimulatedBackend(opts kube.Options, extraVMs int, logger *zap.Logger) (*
 		CDI:             cdi,
 		DataVolumeDelay: 2 * time.Second,
 		SnapshotDelay:   time.Second,
+		MigrationDelay:  time.Second,
 		Logger:          logger.Named("simulator"),
 	})
 	go func() { _ = ctrl.Run(ctx) }()

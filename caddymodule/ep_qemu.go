@@ -85,7 +85,7 @@ func (h *APIHandler) getQemuIndex(q *request) (any, *apiError) {
 	if _, e := h.guest(q); e != nil {
 		return nil, e
 	}
-	return subdirs("agent", "clone", "cloudinit", "config", "pending", "resize", "rrddata", "snapshot", "status", "template", "termproxy", "vncproxy", "vncwebsocket"), nil
+	return subdirs("agent", "clone", "cloudinit", "config", "migrate", "pending", "resize", "rrddata", "snapshot", "status", "template", "termproxy", "vncproxy", "vncwebsocket"), nil
 }
 
 func (h *APIHandler) getQemuStatusIndex(q *request) (any, *apiError) {

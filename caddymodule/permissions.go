@@ -423,6 +423,35 @@ func cloneNeeds(h *APIHandler, q *request) []check {
 	return out
 }
 
+// migrateNeeds: VM.Migrate, and for a targetstorage that maps storages
+// VM.Config.Disk on the VM and Datastore.AllocateSpace on the targets, as
+// qemu-server's migrate_vm checks.
+func migrateNeeds(h *APIHandler, q *request) []check {
+	out := vmNeeds("VM.Migrate")(h, q)
+	ts := q.p["targetstorage"]
+	if out == nil || ts == "" {
+		return out
+	}
+	m, err := translate.ParseStorageMap(ts)
+	if err != nil || m.Identity {
+		return out
+	}
+	out = append(out, check{path: out[0].path, ns: out[0].ns, privs: []string{translate.PrivConfigDisk}})
+	seen := map[string]bool{}
+	targets := []string{m.Default}
+	for _, t := range m.Entries {
+		targets = append(targets, t)
+	}
+	sort.Strings(targets)
+	for _, t := range targets {
+		if t != "" && !seen[t] {
+			seen[t] = true
+			out = append(out, check{path: "/storage/" + t, ns: out[0].ns, privs: []string{"Datastore.AllocateSpace"}})
+		}
+	}
+	return out
+}
+
 // cloneNamespace is the namespace a clone of g goes to: pool=, else g's.
 func cloneNamespace(q *request, g kube.Guest) string {
 	if p := q.p["pool"]; p != "" {
@@ -538,6 +567,8 @@ var routeNeeds = map[string]needFunc{
 	"PUT /nodes/{node}/qemu/{vmid}/unlink":                        unlinkNeeds,
 	"POST /nodes/{node}/qemu/{vmid}/template":                     vmNeeds("VM.Allocate"),
 	"POST /nodes/{node}/qemu/{vmid}/clone":                        cloneNeeds,
+	"GET /nodes/{node}/qemu/{vmid}/migrate":                       vmNeeds("VM.Migrate"),
+	"POST /nodes/{node}/qemu/{vmid}/migrate":                      migrateNeeds,
 	"GET /nodes/{node}/qemu/{vmid}/status":                        vmNeeds("VM.Audit"),
 	"GET /nodes/{node}/qemu/{vmid}/status/current":                vmNeeds("VM.Audit"),
 	"GET /nodes/{node}/qemu/{vmid}/rrddata":                       vmNeeds("VM.Audit"),

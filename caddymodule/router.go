@@ -235,6 +235,8 @@ func (h *APIHandler) routes() *http.ServeMux {
 	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/unlink", h.putQemuUnlink)
 	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/template", h.postQemuTemplate)
 	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/clone", h.postQemuClone)
+	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/migrate", h.getQemuMigrate)
+	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/migrate", h.postQemuMigrate)
 	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/status", h.getQemuStatusIndex)
 	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/status/current", h.getQemuStatusCurrent)
 	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/rrddata", h.getQemuRRDData)

@@ -50,6 +50,12 @@ func TestBadInputOnWriteEndpoints(t *testing.T) {
 			t.Errorf("%s %s %v: want 400 naming %s, got %s %s", c.method, c.path, c.form, c.param, ans.Status, ans.Raw)
 		}
 	}
+	// A stale digest is no malformed parameter: qemu-server's
+	// assert_if_modified dies, a 500 with the text as reason.
+	if ans := a.Do("PUT", "/nodes/"+node+"/qemu/101/config", url.Values{"digest": {"0000"}, "cores": {"2"}}); ans.Code != 500 ||
+		ans.Status != "500 detected modified configuration - file changed by other user? Try again." {
+		t.Errorf("stale digest: got %s", ans.Status)
+	}
 	var after map[string]any
 	a.OK("GET", "/nodes/"+node+"/qemu/101/config", nil, &after)
 	if after["digest"] != before["digest"] {

@@ -71,8 +71,9 @@ type Cluster struct {
 	logger *zap.Logger
 
 	vms, vmis, nodes, storageClasses, namespaces, tasks, pvcs *store
-	// snapshots and restores are nil when the cluster lacks the API.
-	snapshots, restores *store
+	// snapshots and restores are nil when the cluster lacks the API;
+	// migrations when the plugin may not list them.
+	snapshots, restores, migrations *store
 
 	vmidGen, nodeGen atomic.Uint64
 	mu               sync.Mutex
@@ -216,6 +217,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, nil)
 	c.optional = c.startSnapshotStores(runCtx)
+	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
+		c.optional = append(c.optional, c.migrations)
+	}
 	stores := c.allStores()
 	for _, s := range stores {
 		s.run(runCtx)

@@ -52,6 +52,12 @@ const (
 	GoalSnapshotReady Goal = "snapshot-ready"
 	GoalSnapshotGone  Goal = "snapshot-gone"
 	GoalRestored      Goal = "restored"
+	// GoalHomeNode: the VM's PVE node is TaskSpec.Target (an offline
+	// migration). GoalMigrated: the live migration named by
+	// TaskSpec.Object succeeded, the instance runs on TaskSpec.Target, and
+	// the VM's PVE node has followed it.
+	GoalHomeNode Goal = "home-node"
+	GoalMigrated Goal = "migrated"
 )
 
 // TaskSpec describes a task being started.
@@ -61,8 +67,10 @@ type TaskSpec struct {
 	Namespace, Name      string
 	UID                  types.UID // the VM the goal is about; guards against a namesake
 	PrevVMI              types.UID
-	// Object names the snapshot or restore a goal is about.
-	Object  string
+	// Object names the snapshot, restore or migration a goal is about.
+	Object string
+	// Target is the PVE node a migration goes to.
+	Target  string
 	Timeout time.Duration
 	Log     []string
 	// Err, when set, records a task that failed before waiting on anything.
@@ -80,7 +88,7 @@ type Task struct {
 	goal            Goal
 	namespace, name string
 	uid, prevVMI    types.UID
-	object          string
+	object, target  string
 	deadline        time.Time
 	started         time.Time // finer than the UPID's seconds, to order tasks
 	cmName          string
@@ -138,7 +146,7 @@ func (ts *Tasks) Begin(ctx context.Context, spec TaskSpec) (*Task, error) {
 	t := &Task{
 		UPID: u, Status: "running", Log: append([]string(nil), spec.Log...),
 		goal: spec.Goal, namespace: spec.Namespace, name: spec.Name, uid: spec.UID, prevVMI: spec.PrevVMI,
-		object: spec.Object, cmName: taskPrefix + u.Key(), started: now,
+		object: spec.Object, target: spec.Target, cmName: taskPrefix + u.Key(), started: now,
 	}
 	if spec.Timeout <= 0 {
 		spec.Timeout = 5 * time.Minute
@@ -425,6 +433,17 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if exists, _, _ := ts.c.snapshotState(t.namespace, t.object); !exists {
 			return true, translate.ExitOK, nil
 		}
+	case GoalHomeNode:
+		if vm == nil {
+			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
+		}
+		if ts.c.guest(0, vm, ts.c.nodeTable()).Node == t.target {
+			return true, translate.ExitOK, []string{fmt.Sprintf("migration finished successfully (duration %s)", taskDuration(now.Sub(t.started)))}
+		}
+	case GoalMigrated:
+		if done, exit, lines := ts.evaluateMigrated(t, vm, vmi, now); done {
+			return done, exit, lines
+		}
 	case GoalSession:
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
@@ -518,6 +537,7 @@ func (t *Task) toConfigMap(ns string) *corev1.ConfigMap {
 		"uid":       string(t.uid),
 		"prevVMI":   string(t.prevVMI),
 		"object":    t.object,
+		"target":    t.target,
 		"deadline":  t.deadline.UTC().Format(time.RFC3339Nano),
 		"started":   t.started.UTC().Format(time.RFC3339Nano),
 		"log":       strings.Join(t.Log, "\n"),
@@ -550,7 +570,7 @@ func taskFromConfigMap(cm *corev1.ConfigMap) (*Task, error) {
 	t := &Task{
 		UPID: u, Status: cm.Data["status"], ExitStatus: cm.Data["exitstatus"],
 		goal: Goal(cm.Data["goal"]), namespace: cm.Data["namespace"], name: cm.Data["name"],
-		uid: types.UID(cm.Data["uid"]), prevVMI: types.UID(cm.Data["prevVMI"]), object: cm.Data["object"], cmName: cm.Name,
+		uid: types.UID(cm.Data["uid"]), prevVMI: types.UID(cm.Data["prevVMI"]), object: cm.Data["object"], target: cm.Data["target"], cmName: cm.Name,
 	}
 	if l := cm.Data["log"]; l != "" {
 		t.Log = strings.Split(l, "\n")

@@ -47,6 +47,10 @@ type Options struct {
 	// CloneInProgress (reporting its progress) before it Succeeded. Zero
 	// completes it at once, still passing every phase.
 	DataVolumeDelay time.Duration
+	// MigrationDelay is how long a VirtualMachineInstanceMigration stays
+	// Running (the guest's memory being copied) before the guest runs on
+	// the target. Zero completes it at once, still passing every phase.
+	MigrationDelay time.Duration
 	// SnapshotDelay is how long a VirtualMachineSnapshot stays InProgress.
 	SnapshotDelay time.Duration
 	// SnapshotUnsupported simulates storage without a VolumeSnapshotClass
@@ -88,6 +92,8 @@ const workers = 2
 //     VirtualMachineRestore and VirtualMachineClone controllers
 //     (snapshot.go, restore.go, clone.go) and VM
 //     status.volumeSnapshotStatuses;
+//   - always, KubeVirt's migration controller with the virt-handlers'
+//     part of a live migration (migration.go);
 //   - with either, PVC housekeeping that kube-controller-manager would do:
 //     garbage collection of PVCs whose controlling DataVolume or VM is gone
 //     and the pvc-protection finalizer.

@@ -31,6 +31,7 @@ const (
 	keyContent    = "vmsnapshotcontent:"
 	keyRestore    = "vmrestore:"
 	keyClone      = "vmclone:"
+	keyMigration  = "vmim:"
 )
 
 type syncFunc func(ctx context.Context, key string) (time.Duration, error)
@@ -52,6 +53,8 @@ type extensions struct {
 	contentInformer  cache.SharedIndexInformer
 	restoreInformer  cache.SharedIndexInformer
 	cloneInformer    cache.SharedIndexInformer
+	// migrationInformer watches VirtualMachineInstanceMigrations (always).
+	migrationInformer cache.SharedIndexInformer
 
 	// restoreGrace is how long a WaitGracePeriod restore waits for its
 	// target to stop (KubeVirt's DefaultGracePeriod; tests shorten it).
@@ -88,10 +91,19 @@ func (c *Controller) initExtensions() {
 	e.snapshots = !c.opts.DisableSnapshots
 	e.syncers = map[string]syncFunc{}
 	e.restoreGrace = snapshotv1.DefaultGracePeriod
+	resync := c.opts.Resync
+
+	// Live migrations are part of KubeVirt's core API: always simulated.
+	e.migrationInformer = NewVirtualMachineInstanceMigrationInformer(c.kv, metav1.NamespaceAll, resync)
+	mustAddIndexers(e.migrationInformer, cache.Indexers{indexVMIName: migrationVMIIndex})
+	e.informers = append(e.informers, e.migrationInformer)
+	mig := &migrations{c: c}
+	e.syncers[keyMigration] = mig.sync
+	mig.addHandlers()
+
 	if e.cdi == nil && !e.snapshots {
 		return
 	}
-	resync := c.opts.Resync
 
 	e.pvcInformer = coreinformers.NewPersistentVolumeClaimInformer(c.k8s, metav1.NamespaceAll, resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, indexOwnerVM: ownerVMIndex})
@@ -320,6 +332,18 @@ func NewDataVolumeInformer(cdi cdiclient.Interface, ns string, resync time.Durat
 		},
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return cdi.CdiV1beta1().DataVolumes(ns).Watch(ctx, o)
+		})
+}
+
+// NewVirtualMachineInstanceMigrationInformer is NewDataVolumeInformer for
+// VirtualMachineInstanceMigrations (kubevirt.io/v1).
+func NewVirtualMachineInstanceMigrationInformer(kv kubevirt.Interface, ns string, resync time.Duration) cache.SharedIndexInformer {
+	return newInformer(kv, &virtv1.VirtualMachineInstanceMigration{}, resync,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return kv.KubevirtV1().VirtualMachineInstanceMigrations(ns).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return kv.KubevirtV1().VirtualMachineInstanceMigrations(ns).Watch(ctx, o)
 		})
 }
 

@@ -59,9 +59,10 @@ var kubevirtStatusResources = []string{
 //   - the KubeVirt clientset is the generated fake with API-server
 //     semantics (resourceVersion conflicts, status subresource, finalizers,
 //     generation, selectors; see apiServer) whose subresource calls
-//     (VirtualMachine(ns).Start/Stop/Restart, VirtualMachineInstance(ns).
-//     Pause/Unpause/SoftReboot/Reset) are answered with the Subresources
-//     semantics of virt-api. Other subresources return 404.
+//     (VirtualMachine(ns).Start/Stop/Restart/Migrate,
+//     VirtualMachineInstance(ns).Pause/Unpause/SoftReboot/Reset) are
+//     answered with the Subresources semantics of virt-api. Other
+//     subresources return 404.
 //
 // Watches on both fire for every change, including those made by the
 // subresource handlers and by a Controller, and never overflow (see
@@ -194,6 +195,8 @@ func subresourceReactor(sub *Subresources) testing.ReactionFunc {
 			return true, nil, sub.Stop(ctx, ns, name, putOptions[*virtv1.StopOptions](action))
 		case "virtualmachines/restart":
 			return true, nil, sub.Restart(ctx, ns, name, putOptions[*virtv1.RestartOptions](action))
+		case "virtualmachines/migrate":
+			return true, nil, sub.Migrate(ctx, ns, name, putOptions[*virtv1.MigrateOptions](action))
 		case "virtualmachineinstances/pause":
 			return true, nil, sub.PauseWithOptions(ctx, ns, name, putOptions[*virtv1.PauseOptions](action))
 		case "virtualmachineinstances/unpause":

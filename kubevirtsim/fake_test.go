@@ -35,7 +35,8 @@ func TestFakeSubresourceCallsDoNotDeadlock(t *testing.T) {
 		requireStatusNoFatal(t, vms.Stop(e.ctx, "man", nil), 409, "VM is not running")
 		requireStatusNoFatal(t, vms.Restart(e.ctx, "man", nil), 409, "VM is not running")
 		requireStatusNoFatal(t, e.kv.KubevirtV1().VirtualMachineInstances(testNS).Pause(e.ctx, "man", nil), 404, "not found")
-		requireStatusNoFatal(t, vms.Migrate(e.ctx, "man", &virtv1.MigrateOptions{}), 404, "does not simulate")
+		requireStatusNoFatal(t, vms.Migrate(e.ctx, "man", &virtv1.MigrateOptions{}), 404, "not found")
+		requireStatusNoFatal(t, vms.AddVolume(e.ctx, "man", &virtv1.AddVolumeOptions{Name: "x"}), 404, "does not simulate")
 	}()
 	select {
 	case <-done:
@@ -53,7 +54,7 @@ func TestFakeSubresourceCallsDoNotDeadlock(t *testing.T) {
 			puts = append(puts, a.GetResource().Resource+"/"+a.GetSubresource())
 		}
 	}
-	if len(puts) != 6 || puts[0] != "virtualmachines/start" || puts[4] != "virtualmachineinstances/pause" {
+	if len(puts) != 7 || puts[0] != "virtualmachines/start" || puts[4] != "virtualmachineinstances/pause" {
 		t.Errorf("recorded put actions = %v", puts)
 	}
 }

@@ -53,7 +53,7 @@ func IsSubresourcePath(p string) bool {
 //	GET /apis/subresources.kubevirt.io                       APIGroup (as the aggregator serves it)
 //	GET /apis/subresources.kubevirt.io/{v1,v1alpha3}         APIResourceList (as virt-api serves it)
 //	GET /apis/subresources.kubevirt.io/{version}/version     KubeVirt version info
-//	PUT .../namespaces/{ns}/virtualmachines/{name}/{start,stop,restart}
+//	PUT .../namespaces/{ns}/virtualmachines/{name}/{start,stop,restart,migrate}
 //	PUT .../namespaces/{ns}/virtualmachineinstances/{name}/{pause,unpause,softreboot,reset}
 //	GET .../namespaces/{ns}/virtualmachineinstances/{name}/{vnc,console}  websockets (ConsoleServer)
 //
@@ -128,7 +128,7 @@ func (h *subresourceHandler) subresource(w http.ResponseWriter, r *http.Request,
 	status := http.StatusOK
 	var err error
 	switch route {
-	case "virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart":
+	case "virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "virtualmachines/migrate":
 		status = http.StatusAccepted
 	case "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
 		"virtualmachineinstances/softreboot", "virtualmachineinstances/reset":
@@ -155,6 +155,11 @@ func (h *subresourceHandler) subresource(w http.ResponseWriter, r *http.Request,
 		opts := &virtv1.RestartOptions{}
 		if err = decodeBody(r, opts); err == nil {
 			err = h.sub.Restart(ctx, ns, name, opts)
+		}
+	case "virtualmachines/migrate":
+		opts := &virtv1.MigrateOptions{}
+		if err = decodeBody(r, opts); err == nil {
+			err = h.sub.Migrate(ctx, ns, name, opts)
 		}
 	case "virtualmachineinstances/pause":
 		opts := &virtv1.PauseOptions{}

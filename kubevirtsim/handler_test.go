@@ -151,7 +151,8 @@ func TestHandlerThroughGeneratedClient(t *testing.T) {
 	e.waitStopped("man")
 	requireStatus(t, vms.Stop(e.ctx, "man", &virtv1.StopOptions{}), 409, "VM is not running")
 	requireStatus(t, vmis.Pause(e.ctx, "man", &virtv1.PauseOptions{}), 404, "not found")
-	requireStatus(t, vms.Migrate(e.ctx, "man", &virtv1.MigrateOptions{}), 404, "does not simulate")
+	requireStatus(t, vms.Migrate(e.ctx, "man", &virtv1.MigrateOptions{}), 404, "not found")
+	requireStatus(t, vms.AddVolume(e.ctx, "man", &virtv1.AddVolumeOptions{Name: "x"}), 404, "does not simulate")
 }
 
 func TestHandlerAuthorizerDenial(t *testing.T) {

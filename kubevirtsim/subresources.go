@@ -439,6 +439,35 @@ func (s *Subresources) patchVM(ctx context.Context, ns, name string, patch []byt
 	return err
 }
 
+// Migrate implements PUT .../virtualmachines/{name}/migrate the way
+// virt-api does: the VM and its VMI must exist and the VMI must be Running;
+// it then creates a VirtualMachineInstanceMigration (generateName
+// "kubevirt-migrate-vm-") with the options' addedNodeSelector, which the
+// controller carries out.
+func (s *Subresources) Migrate(ctx context.Context, ns, name string, opts *virtv1.MigrateOptions) error {
+	if opts == nil {
+		opts = &virtv1.MigrateOptions{}
+	}
+	if _, err := s.fetchVM(ctx, ns, name); err != nil {
+		return err
+	}
+	vmi, err := s.fetchVMI(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	if vmi.Status.Phase != virtv1.Running {
+		return apierrors.NewConflict(vmGroupResource, name, errors.New(msgVMNotRunning))
+	}
+	mig := &virtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "kubevirt-migrate-vm-", Namespace: ns},
+		Spec:       virtv1.VirtualMachineInstanceMigrationSpec{VMIName: name, AddedNodeSelector: opts.AddedNodeSelector},
+	}
+	if _, err := s.KV.KubevirtV1().VirtualMachineInstanceMigrations(ns).Create(ctx, mig, metav1.CreateOptions{DryRun: opts.DryRun}); err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	return nil
+}
+
 func (s *Subresources) fetchVM(ctx context.Context, ns, name string) (*virtv1.VirtualMachine, error) {
 	vm, err := s.KV.KubevirtV1().VirtualMachines(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {

@@ -418,6 +418,8 @@ func (c *Controller) printableStatus(s *vmSync) virtv1.VirtualMachinePrintableSt
 		return virtv1.VirtualMachineStatusTerminating
 	case vmi != nil && !vmi.IsFinal() && (vmi.DeletionTimestamp != nil || s.stopIssued):
 		return virtv1.VirtualMachineStatusStopping
+	case vmi != nil && vmi.IsRunning() && migrating(vmi):
+		return virtv1.VirtualMachineStatusMigrating
 	case vmi != nil && vmi.IsRunning() && isPaused(vmi):
 		return virtv1.VirtualMachineStatusPaused
 	case vmi != nil && vmi.IsRunning():

@@ -528,6 +528,12 @@ func notMigratable(spec *virtv1.VirtualMachineInstanceSpec) (string, string) {
 // VMIs, then the name. When none fits it returns
 // "" and a scheduler-style explanation.
 func (c *Controller) pickNode(vmi *virtv1.VirtualMachineInstance) (string, string) {
+	return c.chooseNode(vmi, true)
+}
+
+// chooseNode is pickNode; assume records the placement for the load count
+// of the next choices (a migration's target is recorded once it is used).
+func (c *Controller) chooseNode(vmi *virtv1.VirtualMachineInstance, assume bool) (string, string) {
 	var nodes []*corev1.Node
 	for _, obj := range c.nodeInformer.GetStore().List() {
 		if n, ok := obj.(*corev1.Node); ok {
@@ -612,7 +618,9 @@ func (c *Controller) pickNode(vmi *virtv1.VirtualMachineInstance) (string, strin
 		}
 		return a < b
 	})
-	c.assumed[vmi.UID] = fits[0]
+	if assume {
+		c.assumed[vmi.UID] = fits[0]
+	}
 	return fits[0], ""
 }
 
