@@ -69,6 +69,8 @@ type Cluster struct {
 	vms, vmis, nodes, storageClasses, namespaces, tasks, pvcs *store
 	// snapshots and restores are nil when the cluster lacks the API.
 	snapshots, restores *store
+	// dataVolumes is nil without CDI (no client, or the API is not served).
+	dataVolumes *store
 
 	vmidGen, nodeGen atomic.Uint64
 	mu               sync.Mutex
@@ -84,7 +86,8 @@ type Cluster struct {
 
 	power  *power
 	health *health
-	// cdi, when set, lists DataVolumes before a pool is deleted.
+	// cdi, when set, lists DataVolumes before a pool is deleted and makes
+	// ISO downloads.
 	cdi       cdiclient.Interface
 	idClients identityClients
 	dialer    atomic.Pointer[ConsoleDialer] // consoles without a RESTConfig
@@ -212,8 +215,8 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.Kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, nil)
-	c.optional = c.startSnapshotStores(runCtx)
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, func(any, any) { c.Tasks.poke() })
+	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
 	stores := c.allStores()
 	for _, s := range stores {
 		s.run(runCtx)

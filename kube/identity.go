@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
 )
 
@@ -83,6 +84,7 @@ func (c *Cluster) restConfig(ctx context.Context) *rest.Config {
 type clients struct {
 	kube kubernetes.Interface
 	kv   kubevirt.Interface
+	cdi  cdiclient.Interface
 	cfg  *rest.Config
 }
 
@@ -125,10 +127,14 @@ func (c *Cluster) clientsFor(id Identity, k string) (*clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubevirt client for %s: %w", id.User, err)
 	}
+	cdi, err := cdiclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cdi client for %s: %w", id.User, err)
+	}
 	if c.idClients.m == nil || len(c.idClients.m) >= maxIdentityClients {
 		c.idClients.m = map[string]*clients{}
 	}
-	cl := &clients{kube: kc, kv: kv, cfg: cfg}
+	cl := &clients{kube: kc, kv: kv, cdi: cdi, cfg: cfg}
 	c.idClients.m[k] = cl
 	return cl, nil
 }
