@@ -485,6 +485,21 @@ func poolUpdateNeeds(h *APIHandler, q *request) []check {
 	return out
 }
 
+// networkChecks is PVE's condition on calls that make this host fetch a
+// URL: Sys.Audit and Sys.Modify on /, or Sys.AccessNetwork on the node.
+// With PVE roles the grants decide which of the two applies; under
+// impersonation the first (Sys.Modify maps to cluster-admin rights).
+func networkChecks(h *APIHandler, q *request) []check {
+	node := "/nodes/" + q.r.PathValue("node")
+	if !h.perms.impersonate && granted(h.perms.grants(q.id), node, "", "Sys.AccessNetwork") {
+		return []check{{path: node, privs: []string{"Sys.AccessNetwork"}}}
+	}
+	return []check{{path: "/", privs: []string{"Sys.Audit"}}, {path: "/", privs: []string{"Sys.Modify"}}}
+}
+
+// queryURLNeeds: query-url-metadata makes the plugin itself fetch the URL.
+func queryURLNeeds(h *APIHandler, q *request) []check { return networkChecks(h, q) }
+
 // routeNeeds lists the permission of every route that has one; routes not
 // listed need only authentication (or filter what they show).
 var routeNeeds = map[string]needFunc{
@@ -497,6 +512,7 @@ var routeNeeds = map[string]needFunc{
 	"GET /nodes/{node}/storage/{storage}/content":                 storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
 	"GET /nodes/{node}/storage/{storage}/content/{volume}":        storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
 	"GET /storage/{storage}":                                      storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
+	"GET /nodes/{node}/query-url-metadata":                        queryURLNeeds,
 	"GET /pools/{poolid}":                                         poolAuditNeeds,
 	"POST /pools":                                                 poolNeeds,
 	"PUT /pools":                                                  poolUpdateNeeds,

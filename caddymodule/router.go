@@ -213,6 +213,7 @@ func (h *APIHandler) routes() *http.ServeMux {
 	h.handle(mux, "GET /nodes/{node}/storage/{storage}/status", h.getNodeStorageStatus)
 	h.handle(mux, "GET /nodes/{node}/storage/{storage}/content", h.getStorageContent)
 	h.handle(mux, "GET /nodes/{node}/storage/{storage}/content/{volume}", h.getStorageVolume)
+	h.handle(mux, "GET /nodes/{node}/query-url-metadata", h.getQueryURLMetadata)
 	h.handle(mux, "GET /nodes/{node}/lxc", h.getNodeLXC)
 	h.handle(mux, "GET /nodes/{node}/tasks", h.getNodeTasks)
 	h.handle(mux, "GET /nodes/{node}/tasks/{upid}", h.getTaskIndex)
