@@ -73,7 +73,7 @@ func (h *APIHandler) getNodeIndex(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
-	return subdirs("dns", "hosts", "lxc", "network", "qemu", "rrddata", "status", "storage", "tasks", "time", "version"), nil
+	return subdirs("dns", "hosts", "lxc", "network", "qemu", "query-url-metadata", "rrddata", "status", "storage", "tasks", "time", "version"), nil
 }
 
 // getNodeStatus is the node's summary. CPU and memory use come from the
