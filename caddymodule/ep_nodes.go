@@ -73,7 +73,7 @@ func (h *APIHandler) getNodeIndex(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
-	return subdirs("dns", "hosts", "lxc", "network", "qemu", "rrddata", "status", "storage", "tasks", "time", "version"), nil
+	return subdirs("dns", "hosts", "lxc", "network", "qemu", "query-url-metadata", "rrddata", "status", "storage", "tasks", "time", "version"), nil
 }
 
 // getNodeStatus is the node's summary. CPU and memory use come from the
@@ -230,7 +230,7 @@ func (h *APIHandler) storageRows() []storageRow {
 // content find it.
 func (h *APIHandler) storageContent(class string) string {
 	for _, pvc := range h.cluster.ClaimsOf(class) {
-		if pvc.Annotations[AnnotationISOFile] != "" {
+		if pvc.Annotations[AnnotationISOFile] != "" && pvc.DeletionTimestamp == nil && h.cluster.ClaimPopulated(pvc) {
 			return "images,iso,rootdir"
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // contentRow is a row of GET /nodes/{n}/storage/{s}/content.
@@ -25,7 +27,7 @@ var diskClaimRE = regexp.MustCompile(`^vm-(\d+)-(disk-\d+|cloudinit)$`)
 
 // AnnotationISOFile marks a claim holding an ISO image and names the file
 // PVE clients see (local:iso/<file>).
-const AnnotationISOFile = "pve.caddy-proxmox.io/iso-file"
+const AnnotationISOFile = translate.AnnotationISOFile
 
 // volume describes a claim as a PVE volume of storage s.
 func volume(s string, pvc *corev1.PersistentVolumeClaim) contentRow {
@@ -56,6 +58,9 @@ func (h *APIHandler) getStorageContent(q *request) (any, *apiError) {
 	vmid := q.p["vmid"]
 	out := []contentRow{}
 	for _, pvc := range q.c.ClaimsOf(s) {
+		if !h.listable(q, pvc) {
+			continue
+		}
 		row := volume(s, pvc)
 		if (content != "" && row.Content != content) || (vmid != "" && strconv.Itoa(row.VMID) != vmid) {
 			continue
@@ -75,10 +80,24 @@ func (h *APIHandler) getStorageVolume(q *request) (any, *apiError) {
 	volid := q.r.PathValue("volume")
 	name := strings.TrimPrefix(volid, s+":")
 	for _, pvc := range q.c.ClaimsOf(s) {
+		if !h.listable(q, pvc) {
+			continue
+		}
 		row := volume(s, pvc)
 		if row.VolID == s+":"+name || pvc.Name == name || strings.TrimPrefix(row.VolID, s+":iso/") == strings.TrimPrefix(name, "iso/") {
 			return map[string]any{"path": row.Path, "format": row.Format, "size": row.Size, "used": row.Used}, nil
 		}
 	}
 	return nil, newError(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+}
+
+// listable tells whether a claim shows as a volume: an ISO image only once
+// it is complete, as PVE shows a download only when it is renamed into
+// place (a download running or failed, or a claim being deleted, is not
+// listed; DELETE still finds it).
+func (h *APIHandler) listable(q *request, pvc *corev1.PersistentVolumeClaim) bool {
+	if pvc.Annotations[AnnotationISOFile] == "" {
+		return true
+	}
+	return pvc.DeletionTimestamp == nil && q.c.ClaimPopulated(pvc)
 }

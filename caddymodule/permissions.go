@@ -535,6 +535,47 @@ func poolUpdateNeeds(h *APIHandler, q *request) []check {
 	return out
 }
 
+// networkChecks is PVE's condition on calls that make this host fetch a
+// URL: Sys.Audit and Sys.Modify on /, or Sys.AccessNetwork on the node.
+// With PVE roles the grants decide which of the two applies; under
+// impersonation the first (Sys.Modify maps to cluster-admin rights).
+func networkChecks(h *APIHandler, q *request) []check {
+	node := "/nodes/" + q.r.PathValue("node")
+	if !h.perms.impersonate && granted(h.perms.grants(q.id), node, "", "Sys.AccessNetwork") {
+		return []check{{path: node, privs: []string{"Sys.AccessNetwork"}}}
+	}
+	return []check{{path: "/", privs: []string{"Sys.Audit"}}, {path: "/", privs: []string{"Sys.Modify"}}}
+}
+
+// queryURLNeeds: query-url-metadata makes the plugin itself fetch the URL.
+func queryURLNeeds(h *APIHandler, q *request) []check { return networkChecks(h, q) }
+
+// downloadNeeds: Datastore.AllocateTemplate on the storage, in the
+// namespace downloads go to, and, with PVE roles, the network condition as
+// PVE asks. Under impersonation Kubernetes decides on the DataVolume the
+// download is (create datavolumes): whoever may create one can make CDI
+// fetch any URL already, and the plugin's own size probe is guarded (see
+// urlprobe.go).
+func downloadNeeds(h *APIHandler, q *request) []check {
+	st := check{path: "/storage/" + q.r.PathValue("storage"), ns: h.defaultNamespace(), privs: []string{"Datastore.AllocateTemplate"}}
+	if h.perms.impersonate {
+		return []check{st}
+	}
+	return append(networkChecks(h, q), st)
+}
+
+// volumeDeleteNeeds: Datastore.Allocate on the storage, in the namespace
+// of the claim deleted.
+func volumeDeleteNeeds(h *APIHandler, q *request) []check {
+	ns := h.defaultNamespace()
+	if _, file, e := isoVolume(q); e == nil {
+		if pvc, e := h.isoClaim(q, q.r.PathValue("storage"), file); e == nil {
+			ns = pvc.Namespace
+		}
+	}
+	return []check{{path: "/storage/" + q.r.PathValue("storage"), ns: ns, privs: []string{"Datastore.Allocate"}}}
+}
+
 // routeNeeds lists the permission of every route that has one; routes not
 // listed need only authentication (or filter what they show).
 var routeNeeds = map[string]needFunc{
@@ -547,6 +588,9 @@ var routeNeeds = map[string]needFunc{
 	"GET /nodes/{node}/storage/{storage}/content":                 storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
 	"GET /nodes/{node}/storage/{storage}/content/{volume}":        storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
 	"GET /storage/{storage}":                                      storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
+	"DELETE /nodes/{node}/storage/{storage}/content/{volume...}":  volumeDeleteNeeds,
+	"POST /nodes/{node}/storage/{storage}/download-url":           downloadNeeds,
+	"GET /nodes/{node}/query-url-metadata":                        queryURLNeeds,
 	"GET /pools/{poolid}":                                         poolAuditNeeds,
 	"POST /pools":                                                 poolNeeds,
 	"PUT /pools":                                                  poolUpdateNeeds,

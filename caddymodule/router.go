@@ -213,6 +213,11 @@ func (h *APIHandler) routes() *http.ServeMux {
 	h.handle(mux, "GET /nodes/{node}/storage/{storage}/status", h.getNodeStorageStatus)
 	h.handle(mux, "GET /nodes/{node}/storage/{storage}/content", h.getStorageContent)
 	h.handle(mux, "GET /nodes/{node}/storage/{storage}/content/{volume}", h.getStorageVolume)
+	// {volume...}: proxmoxer and Ansible send local:iso/x.iso unescaped,
+	// and PVE takes the rest of the path as the volume.
+	h.handle(mux, "DELETE /nodes/{node}/storage/{storage}/content/{volume...}", h.deleteStorageVolume)
+	h.handle(mux, "POST /nodes/{node}/storage/{storage}/download-url", h.postDownloadURL)
+	h.handle(mux, "GET /nodes/{node}/query-url-metadata", h.getQueryURLMetadata)
 	h.handle(mux, "GET /nodes/{node}/lxc", h.getNodeLXC)
 	h.handle(mux, "GET /nodes/{node}/tasks", h.getNodeTasks)
 	h.handle(mux, "GET /nodes/{node}/tasks/{upid}", h.getTaskIndex)

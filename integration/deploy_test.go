@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
+	"kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -131,6 +132,9 @@ func TestDeployManifests(t *testing.T) {
 		{"impersonate", "", "users", "", "", true},
 		{"create", "", "namespaces", "", "", true},
 		{"list", "cdi.kubevirt.io", "datavolumes", "", "default", true},
+		{"watch", "cdi.kubevirt.io", "datavolumes", "", "", true},
+		{"create", "cdi.kubevirt.io", "datavolumes", "", "default", true},
+		{"delete", "cdi.kubevirt.io", "datavolumes", "", "default", true},
 		{"create", "", "configmaps", "", "default", false},
 		{"delete", "", "nodes", "", "", false},
 		{"delete", "", "persistentvolumeclaims", "", "default", false},
@@ -144,11 +148,15 @@ func TestDeployManifests(t *testing.T) {
 
 	// The plugin's caches sync as the ServiceAccount.
 	kv := kubevirt.NewForConfigOrDie(cfg)
-	c := kube.New(kc, kv, cfg, kube.Options{TaskNamespace: "caddy-proxmox", SyncTimeout: 30 * time.Second})
+	c := kube.New(kc, kv, cfg, kube.Options{TaskNamespace: "caddy-proxmox", SyncTimeout: 30 * time.Second,
+		CDI: containerizeddataimporter.NewForConfigOrDie(cfg)})
 	if err := c.Start(ctx); err != nil {
 		t.Fatalf("caches do not sync with the shipped rights: %v", err)
 	}
 	defer c.Stop()
+	if !c.HasCDI() {
+		t.Fatal("DataVolumes are not watched (ISO downloads need them)")
+	}
 	if len(c.Nodes()) == 0 || !strings.Contains(strings.Join(c.Namespaces(), ","), "default") {
 		t.Fatalf("nodes %v namespaces %v", c.Nodes(), c.Namespaces())
 	}

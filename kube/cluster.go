@@ -74,6 +74,8 @@ type Cluster struct {
 	// snapshots and restores are nil when the cluster lacks the API;
 	// migrations when the plugin may not list them.
 	snapshots, restores, migrations *store
+	// dataVolumes is nil without CDI (no client, or the API is not served).
+	dataVolumes *store
 
 	vmidGen, nodeGen atomic.Uint64
 	mu               sync.Mutex
@@ -215,8 +217,8 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.Kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, nil)
-	c.optional = c.startSnapshotStores(runCtx)
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, func(any, any) { c.Tasks.poke() })
+	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
 	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
 		c.optional = append(c.optional, c.migrations)
 	}

@@ -58,6 +58,13 @@ func PrivilegeAccess(priv, ns string, virtAPI bool) Access {
 		return Access{Group: "", Resource: "namespaces", Verb: "create"}
 	case priv == "Datastore.AllocateSpace":
 		return Access{Namespace: ns, Group: "", Resource: "persistentvolumeclaims", Verb: "create"}
+	case priv == "Datastore.AllocateTemplate":
+		// Templates here are ISO images, downloaded as DataVolumes.
+		return Access{Namespace: ns, Group: groupCDI, Resource: "datavolumes", Verb: "create"}
+	case priv == "Datastore.Allocate":
+		// The storage itself is a StorageClass; what the API allocates
+		// and frees on it are claims (an ISO image is deleted as one).
+		return Access{Namespace: ns, Group: "", Resource: "persistentvolumeclaims", Verb: "delete"}
 	}
 	return Access{Group: "*", Resource: "*", Verb: "*"}
 }

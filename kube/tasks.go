@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -58,7 +59,16 @@ const (
 	// the VM's PVE node has followed it.
 	GoalHomeNode Goal = "home-node"
 	GoalMigrated Goal = "migrated"
+	// GoalImported: the DataVolume Namespace/Name (UID) imported its data;
+	// the task fails with CDI's reason when the import fails.
+	GoalImported Goal = "imported"
+	// GoalClaimGone: the claim Namespace/Name (UID) no longer exists.
+	GoalClaimGone Goal = "claim-gone"
 )
+
+// lagGrace is how long a task waits for an object it was started about to
+// show in the cache before it takes the absence as a deletion.
+const lagGrace = 10 * time.Second
 
 // TaskSpec describes a task being started.
 type TaskSpec struct {
@@ -444,6 +454,34 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if done, exit, lines := ts.evaluateMigrated(t, vm, vmi, now); done {
 			return done, exit, lines
 		}
+	case GoalImported:
+		dv := ts.c.DataVolume(t.namespace, t.name)
+		switch {
+		case !ts.c.HasCDI():
+			return true, ErrNoCDI.Error(), nil
+		case dv == nil || dv.UID != t.uid:
+			if now.Sub(t.started) > lagGrace {
+				return true, fmt.Sprintf("download failed: DataVolume %s/%s was deleted", t.namespace, t.name), nil
+			}
+		case dv.Status.Phase == cdiv1.Succeeded:
+			var lines []string
+			if dv.Spec.Source != nil && dv.Spec.Source.HTTP != nil {
+				lines = append(lines, fmt.Sprintf("download of '%s' to '%s' finished", dv.Spec.Source.HTTP.URL, ClaimPath(t.namespace, t.name)))
+			}
+			return true, translate.ExitOK, lines
+		default:
+			if why := importFailure(dv); why != "" {
+				return true, "download failed: " + why, nil
+			}
+		}
+	case GoalClaimGone:
+		if pvc := ts.c.CachedPVC(t.namespace, t.name); pvc == nil || pvc.UID != t.uid {
+			var lines []string
+			if t.object != "" {
+				lines = append(lines, fmt.Sprintf("Removed volume '%s'", t.object))
+			}
+			return true, translate.ExitOK, lines
+		}
 	case GoalSession:
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
@@ -486,6 +524,16 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	if now.After(t.deadline) && now.Sub(ts.c.health.recovered()) > outageGrace {
 		if t.goal == GoalSession {
 			return true, sessionTimeoutExit(t), nil
+		}
+		switch t.goal {
+		case GoalImported:
+			state := "not found"
+			if dv := ts.c.DataVolume(t.namespace, t.name); dv != nil {
+				state = fmt.Sprintf("%s, progress %s", dv.Status.Phase, dv.Status.Progress)
+			}
+			return true, fmt.Sprintf("download failed: timeout waiting for DataVolume %s/%s (%s)", t.namespace, t.name, state), nil
+		case GoalClaimGone:
+			return true, fmt.Sprintf("timeout waiting for claim %s/%s to be deleted (still used by a running instance?)", t.namespace, t.name), nil
 		}
 		state := "not found"
 		if vm != nil {

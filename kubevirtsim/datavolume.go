@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -78,12 +80,17 @@ var dataVolumeGVK = cdiv1.SchemeGroupVersion.WithKind("DataVolume")
 //     UploadScheduled → ImportInProgress/CloneInProgress (progress "N.NN%")
 //     → Succeeded over Options.DataVolumeDelay, with a PVC of its name (owned
 //     by the DataVolume; size, StorageClass, access and volume mode from
-//     spec.storage or spec.pvc) that is Bound at once. Sources: blank,
+//     spec.storage or spec.pvc) that is Bound at once; the PVC carries the
+//     DataVolume's labels and annotations, as CDI copies them. Sources: blank,
 //     http, s3, gcs, registry, imageio, vddk (imports), pvc (clone; the
 //     source PVC must exist, otherwise the DataVolume waits in
 //     CloneScheduled with a CloneWithoutSource condition), sourceRef to a
 //     DataSource with a pvc source (clone), upload (stops at UploadReady,
 //     nothing uploads); snapshot sources are not simulated;
+//   - an http import from a host under ".invalid" (RFC 6761: it never
+//     resolves) fails the way CDI reports an importer that cannot reach its
+//     source: the DataVolume stays ImportInProgress with a Running condition
+//     False, reason "Error", the importer's message, and a restart counted;
 //   - an existing PVC of the DataVolume's name is adopted when the PVC is
 //     annotated AnnotationPopulatedFor=<dv> or the DataVolume carries
 //     AnnotationPrePopulated or AnnotationAllowClaimAdoption; otherwise the
@@ -465,6 +472,9 @@ func (d *dataVolumes) sync(ctx context.Context, key string) (time.Duration, erro
 		setDVCondition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, reasonDVRunning, "Upload pod is ready", now)
 		return d.writeStatus(ctx, orig, dv, 0)
 	case cdiv1.ImportInProgress, cdiv1.CloneInProgress:
+		if msg := unreachableSource(dv); msg != "" {
+			return d.importerFailed(ctx, orig, dv, msg, now)
+		}
 		return d.progress(ctx, orig, dv, now)
 	}
 	return d.writeStatus(ctx, orig, dv, 0)
@@ -486,6 +496,50 @@ func (d *dataVolumes) progress(ctx context.Context, orig, dv *cdiv1.DataVolume, 
 	setDVCondition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "", now)
 	step := max(delay/20, dataVolumeProgressMinStep)
 	return d.writeStatus(ctx, orig, dv, min(step, delay-elapsed))
+}
+
+// unreachableSource returns the importer's error for an http source whose
+// host cannot resolve (one under ".invalid"), "" for any other source.
+func unreachableSource(dv *cdiv1.DataVolume) string {
+	if dv.Spec.Source == nil || dv.Spec.Source.HTTP == nil {
+		return ""
+	}
+	raw := dv.Spec.Source.HTTP.URL
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Sprintf("Unable to connect to http data source: %v", err)
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host != "invalid" && !strings.HasSuffix(host, ".invalid") {
+		return ""
+	}
+	return fmt.Sprintf("Unable to connect to http data source: HTTP request errored: Get %q: dial tcp: lookup %s: no such host", raw, u.Hostname())
+}
+
+// importerFailed reports an importer pod that failed, as CDI does: the
+// phase stays ImportInProgress (CDI restarts the pod), the Running condition
+// turns False with reason Error and the pod's message, and the restart is
+// counted. The simulated importer is not restarted.
+func (d *dataVolumes) importerFailed(ctx context.Context, orig, dv *cdiv1.DataVolume, msg string, now time.Time) (time.Duration, error) {
+	if c := findDVCondition(dv, cdiv1.DataVolumeRunning); c == nil || c.Reason != reasonDVError {
+		dv.Status.RestartCount++
+		d.c.log.Info("DataVolume import failed", zapKey(dv), zap.String("reason", msg))
+	}
+	dv.Status.Progress = progressNA
+	setDVCondition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, reasonDVError, msg, now)
+	setDVCondition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, reasonDVError, msg, now)
+	d.c.ext.seen.forget(dv.UID)
+	return d.writeStatus(ctx, orig, dv, 0)
+}
+
+// findDVCondition returns the DataVolume's condition of type t, or nil.
+func findDVCondition(dv *cdiv1.DataVolume, t cdiv1.DataVolumeConditionType) *cdiv1.DataVolumeCondition {
+	for i := range dv.Status.Conditions {
+		if dv.Status.Conditions[i].Type == t {
+			return &dv.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 func (d *dataVolumes) succeed(dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim, now time.Time) {
@@ -668,6 +722,12 @@ func (d *dataVolumes) createPVC(ctx context.Context, dv *cdiv1.DataVolume, spec 
 	}
 	maps.Copy(pvc.Labels, dv.Labels)
 	delete(pvc.Labels, virtv1.CreatedByLabel)
+	// CDI starts the claim's annotations from the DataVolume's.
+	for k, v := range dv.Annotations {
+		if _, set := pvc.Annotations[k]; !set {
+			pvc.Annotations[k] = v
+		}
+	}
 	return d.c.createBoundPVC(ctx, pvc)
 }
 

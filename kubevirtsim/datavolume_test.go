@@ -188,6 +188,50 @@ func TestDataVolumeSources(t *testing.T) {
 	}
 }
 
+// An http import gives its claim the DataVolume's annotations and labels
+// (CDI copies them), and an import from a host that cannot resolve fails
+// as CDI reports it: ImportInProgress, Running=False reason Error, a restart.
+func TestHTTPImport(t *testing.T) {
+	e := newCDIEnv(t).run(Options{DataVolumeDelay: 100 * time.Millisecond})
+	size := corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}
+	create := func(name, url string) {
+		dv := &cdiv1.DataVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS,
+				Annotations: map[string]string{"example.com/file": name + ".iso", annContentType: "overridden"},
+				Labels:      map[string]string{"example.com/kind": "iso"}},
+			Spec: cdiv1.DataVolumeSpec{
+				Source:  &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}},
+				Storage: &cdiv1.StorageSpec{Resources: size},
+			},
+		}
+		if _, err := e.cdi.CdiV1beta1().DataVolumes(testNS).Create(e.ctx, dv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("good", "https://mirror.example.com/good.iso")
+	create("bad", "http://fail.invalid/bad.iso")
+
+	e.waitDVPhase("good", cdiv1.Succeeded)
+	pvc := e.waitPVC("good")
+	if pvc.Annotations["example.com/file"] != "good.iso" || pvc.Labels["example.com/kind"] != "iso" || pvc.Annotations[annContentType] != "kubevirt" {
+		t.Errorf("claim metadata: annotations %v labels %v", pvc.Annotations, pvc.Labels)
+	}
+
+	bad := e.waitDV("bad", "importer error", func(dv *cdiv1.DataVolume) bool {
+		c := findDVCondition(dv, cdiv1.DataVolumeRunning)
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == reasonDVError
+	})
+	c := findDVCondition(bad, cdiv1.DataVolumeRunning)
+	if bad.Status.Phase != cdiv1.ImportInProgress || bad.Status.RestartCount != 1 ||
+		!strings.Contains(c.Message, "Unable to connect to http data source") || !strings.Contains(c.Message, "lookup fail.invalid: no such host") {
+		t.Errorf("failed import: %s restarts=%d", describeDV(bad), bad.Status.RestartCount)
+	}
+	time.Sleep(200 * time.Millisecond) // past DataVolumeDelay: it never succeeds
+	if dv := e.getDV("bad"); dv.Status.Phase != cdiv1.ImportInProgress || dv.Status.RestartCount != 1 {
+		t.Errorf("failed import later: %s restarts=%d", describeDV(dv), dv.Status.RestartCount)
+	}
+}
+
 func TestDataVolumeFromDataSourceClones(t *testing.T) {
 	e := newCDIEnv(t, testPVC("debian-12-golden", "ceph-rbd", "5Gi")).run(Options{})
 	ds := &cdiv1.DataSource{
@@ -316,15 +360,6 @@ func TestPVCProtectionReleasedWhenUnused(t *testing.T) {
 func hasDVCondition(dv *cdiv1.DataVolume, t cdiv1.DataVolumeConditionType, s corev1.ConditionStatus) bool {
 	c := findDVCondition(dv, t)
 	return c != nil && c.Status == s
-}
-
-func findDVCondition(dv *cdiv1.DataVolume, t cdiv1.DataVolumeConditionType) *cdiv1.DataVolumeCondition {
-	for i := range dv.Status.Conditions {
-		if dv.Status.Conditions[i].Type == t {
-			return &dv.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 func TestDisableSnapshots(t *testing.T) {
