@@ -24,6 +24,7 @@ const (
 	msgMigrationInProgress    = "VMI is not eligible for migration because another migration job is in progress."
 	msgMigrationNotRunning    = "Migration failed because the vmi is not running."
 	msgMigrationAborted       = "Migration aborted: the migration object was deleted."
+	msgMigrationStateCleared  = "VMI's migration state was cleared during the active migration."
 	fmtMigrationNotMigrable   = "Cannot migrate VMI, Reason: %s, Message: %s"
 	fmtMigrationUnschedulable = "Migration target pod for VMI [%s/%s] is unschedulable: %s"
 )
@@ -87,11 +88,14 @@ func (m *migrations) sync(ctx context.Context, key string) (time.Duration, error
 	if mig == nil {
 		return 0, nil
 	}
-	vmi := getCached[*virtv1.VirtualMachineInstance](c.vmiInformer, mig.Namespace, mig.Spec.VMIName)
 	if mig.DeletionTimestamp != nil || mig.IsFinal() {
 		if mig.DeletionTimestamp != nil && !mig.IsFinal() {
 			// Aborted before it ended: the guest stays where it is.
-			if err := m.failOnVMI(ctx, vmi, mig, msgMigrationAborted); err != nil {
+			vmi, err := m.currentVMI(ctx, mig.Namespace, mig.Spec.VMIName)
+			if err == nil {
+				err = m.failOnVMI(ctx, vmi, mig, msgMigrationAborted)
+			}
+			if err != nil {
 				return 0, err
 			}
 		}
@@ -112,9 +116,20 @@ func (m *migrations) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, err // the update's watch event brings it back
 	}
 
+	// The VMI is read from the API server, not from the cache: the cache
+	// may not have seen this controller's own last write to it yet (the
+	// migration state of Scheduling, the start time of TargetReady) nor the
+	// Running phase the migration's creator saw. A step taken on such a
+	// stale copy would fail the migration for nothing or silently skip its
+	// change to the VMI and still move on to the next phase.
+	vmi, err := m.currentVMI(ctx, mig.Namespace, mig.Spec.VMIName)
+	if err != nil {
+		return 0, err
+	}
 	now := time.Now()
 	orig := mig.DeepCopy()
 	st := &mig.Status
+	handedOff := false // the VMI's migration state names mig since Scheduling
 	fail := func(reason string) (time.Duration, error) {
 		if err := m.failOnVMI(ctx, vmi, mig, reason); err != nil {
 			return 0, err
@@ -137,11 +152,17 @@ func (m *migrations) sync(ctx context.Context, key string) (time.Duration, error
 		c.log.Info("migration failed", zapKey(mig), zap.String("reason", reason))
 		return 0, m.writeStatus(ctx, orig, mig)
 	}
+	switch st.Phase {
+	case virtv1.MigrationScheduled, virtv1.MigrationPreparingTarget, virtv1.MigrationTargetReady, virtv1.MigrationRunning:
+		handedOff = true
+	}
 	switch {
 	case vmi == nil:
 		return fail(msgMigrationNoVMI)
 	case st.Phase != virtv1.MigrationPhaseUnset && (vmi.IsFinal() || vmi.DeletionTimestamp != nil):
 		return fail(msgMigrationVMIShutdown)
+	case handedOff && ownState(vmi, mig) == nil:
+		return fail(msgMigrationStateCleared)
 	}
 
 	switch st.Phase {
@@ -172,7 +193,10 @@ func (m *migrations) sync(ctx context.Context, key string) (time.Duration, error
 			}
 			target = node
 		}
-		err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
+		_, err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
+			if ownState(v, mig) != nil {
+				return // written by an earlier pass
+			}
 			v.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{
 				MigrationUID: mig.UID,
 				SourceNode:   v.Status.NodeName,
@@ -189,18 +213,16 @@ func (m *migrations) sync(ctx context.Context, key string) (time.Duration, error
 	case virtv1.MigrationScheduled:
 		setMigrationPhase(mig, virtv1.MigrationPreparingTarget, now)
 	case virtv1.MigrationPreparingTarget:
-		err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
-			if s := ownState(v, mig); s != nil {
-				s.TargetNodeAddress = "127.0.0.1"
-			}
+		_, err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
+			ownState(v, mig).TargetNodeAddress = "127.0.0.1"
 		})
 		if err != nil {
 			return 0, err
 		}
 		setMigrationPhase(mig, virtv1.MigrationTargetReady, now)
 	case virtv1.MigrationTargetReady:
-		err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
-			if s := ownState(v, mig); s != nil && s.StartTimestamp == nil {
+		_, err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
+			if s := ownState(v, mig); s.StartTimestamp == nil {
 				s.StartTimestamp = ptr(metav1.NewTime(now))
 			}
 		})
@@ -213,14 +235,10 @@ func (m *migrations) sync(ctx context.Context, key string) (time.Duration, error
 		if wait := c.ext.seen.since(mig.UID, now).Add(c.opts.MigrationDelay).Sub(now); wait > 0 {
 			return wait, nil
 		}
-		own := ownState(vmi, mig)
-		if own == nil {
-			return fail("VMI's migration state was cleared during the active migration.")
-		}
-		target := own.TargetNode
-		err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
+		target := ownState(vmi, mig).TargetNode
+		done, err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
 			s := ownState(v, mig)
-			if s == nil || s.Completed {
+			if s.Completed {
 				return
 			}
 			end := metav1.NewTime(now)
@@ -241,11 +259,7 @@ func (m *migrations) sync(ctx context.Context, key string) (time.Duration, error
 		c.mu.Lock()
 		c.assumed[vmi.UID] = target
 		c.mu.Unlock()
-		fresh := getCached[*virtv1.VirtualMachineInstance](c.vmiInformer, vmi.Namespace, vmi.Name)
-		if fresh == nil || ownState(fresh, mig) == nil || !ownState(fresh, mig).Completed {
-			return time.Millisecond, nil // the cache catches up with the write first
-		}
-		st.MigrationState = ownState(fresh, mig).DeepCopy()
+		st.MigrationState = ownState(done, mig).DeepCopy()
 		setMigrationPhase(mig, virtv1.MigrationSucceeded, now)
 		c.log.Info("migration succeeded", zapKey(mig), zap.String("target", target))
 	}
@@ -269,25 +283,36 @@ func (m *migrations) failOnVMI(ctx context.Context, vmi *virtv1.VirtualMachineIn
 	if s := ownState(vmi, mig); s == nil || s.Completed || s.Failed {
 		return nil
 	}
-	return m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
-		if s := ownState(v, mig); s != nil && !s.Completed {
-			s.Failed = true
-			s.FailureReason = reason
-			s.EndTimestamp = ptr(metav1.Now())
-		}
+	_, err := m.updateVMI(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
+		s := ownState(v, mig)
+		s.Failed = true
+		s.FailureReason = reason
+		s.EndTimestamp = ptr(metav1.Now())
 	})
+	return err
 }
 
-// updateVMI applies change to the cached VMI and writes it when it changed
-// (a stale cache gives a conflict, and the key is retried).
-func (m *migrations) updateVMI(ctx context.Context, vmi *virtv1.VirtualMachineInstance, change func(*virtv1.VirtualMachineInstance)) error {
+// currentVMI reads the VMI from the API server; nil when it does not exist.
+func (m *migrations) currentVMI(ctx context.Context, ns, name string) (*virtv1.VirtualMachineInstance, error) {
+	vmi, err := m.c.kv.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return vmi, err
+}
+
+// updateVMI applies change to vmi (as read by currentVMI) and writes it when
+// it changed, returning the VMI as it is now. The write carries vmi's
+// resourceVersion, so it only lands on the VMI the step looked at: a VMI
+// changed in between (by the VMI controller, say) gives a conflict, and the
+// whole step is retried on a fresh read.
+func (m *migrations) updateVMI(ctx context.Context, vmi *virtv1.VirtualMachineInstance, change func(*virtv1.VirtualMachineInstance)) (*virtv1.VirtualMachineInstance, error) {
 	upd := vmi.DeepCopy()
 	change(upd)
 	if equality.Semantic.DeepEqual(vmi, upd) {
-		return nil
+		return vmi, nil
 	}
-	_, err := m.c.kv.KubevirtV1().VirtualMachineInstances(upd.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
-	return err
+	return m.c.kv.KubevirtV1().VirtualMachineInstances(upd.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
 }
 
 func (m *migrations) writeStatus(ctx context.Context, orig, mig *virtv1.VirtualMachineInstanceMigration) error {
