@@ -3,7 +3,6 @@ package translate
 import (
 	"fmt"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -258,11 +257,7 @@ func withSMBIOSUUID(smbios1, id string) string {
 		fields["base64"] = boolDigit(*b)
 	}
 	fields["uuid"] = id
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := orderedKeys(fields)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k + "=" + fields[k]

@@ -343,7 +343,7 @@ func unusedVolume(v string) string {
 	return name
 }
 
-// orderedKeys returns m's keys in order.
+// orderedKeys returns m's keys in sorted order, never nil.
 func orderedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

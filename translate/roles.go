@@ -154,19 +154,9 @@ func buildRoles(groups []privGroup) (map[string][]string, []string) {
 
 	roles := make(map[string][]string, len(sets))
 	for role, set := range sets {
-		roles[role] = sortedKeys(set)
+		roles[role] = orderedKeys(set)
 	}
 	return roles, append([]string(nil), roles["Administrator"]...)
-}
-
-// sortedKeys returns the keys of set in sorted order, never nil.
-func sortedKeys(set map[string]bool) []string {
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // RoleHas reports whether the PVE 8 built-in role grants priv; unknown roles

@@ -143,7 +143,7 @@ func sortedUnion(lists ...[]string) []string {
 			set[p] = true
 		}
 	}
-	return sortedKeys(set)
+	return orderedKeys(set)
 }
 
 func contains(list []string, s string) bool {
