@@ -28,22 +28,16 @@ var cloudInitKeys = []string{"ciuser", "cipassword", "sshkeys", "nameserver", "s
 
 // vmRequest is the translate request for a VM in namespace ns.
 func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[string]string) translate.VMRequest {
+	claims := claimLookup(q, ns)
 	return translate.VMRequest{
 		VMID: vmid, Node: node, Namespace: ns, Config: cfg,
 		NameTaken:     func(name string) bool { return q.c.VMNameTaken(ns, name) },
 		StorageExists: q.c.StorageClassExists,
 		ISOSize: func(claim string) (int64, bool) {
-			pvc := q.c.CachedPVC(ns, claim)
-			if pvc == nil {
-				return 0, false
-			}
-			if s, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
-				return s.Value(), true
-			}
-			s := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-			return s.Value(), true
+			ci, ok := claims(claim)
+			return ci.Bytes, ok
 		},
-		Claim:       claimLookup(q, ns),
+		Claim:       claims,
 		VolumeTaken: func(name string) (bool, error) { return q.c.VolumeNameTaken(q.ctx(), ns, name) },
 	}
 }

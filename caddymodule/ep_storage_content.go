@@ -31,11 +31,8 @@ const AnnotationISOFile = translate.AnnotationISOFile
 
 // volume describes a claim as a PVE volume of storage s.
 func volume(s string, pvc *corev1.PersistentVolumeClaim) contentRow {
-	size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-	if c, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
-		size = c
-	}
-	row := contentRow{VolID: s + ":" + pvc.Name, Content: "images", Format: "raw", Size: size.Value(), Used: size.Value(), CTime: pvc.CreationTimestamp.Unix()}
+	size := translate.ClaimInfoOf(pvc).Bytes
+	row := contentRow{VolID: s + ":" + pvc.Name, Content: "images", Format: "raw", Size: size, Used: size, CTime: pvc.CreationTimestamp.Unix()}
 	if f := pvc.Annotations[AnnotationISOFile]; f != "" {
 		row.VolID, row.Content, row.Format = s+":iso/"+f, "iso", "iso"
 	} else if m := diskClaimRE.FindStringSubmatch(pvc.Name); m != nil {
