@@ -38,12 +38,12 @@ func ConfigView(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string]an
 // (foreign, see specDisk) with a value derived from their volume.
 func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string]string {
 	cfg := StoredConfig(vm)
+	adopted := len(cfg) == 0 // made outside this API: show what it has
 	for _, s := range specDisks(vm, cfg) {
 		if !s.managed {
 			cfg[s.key] = foreignValue(vm, s, claims)
 		}
 	}
-	adopted := len(StoredConfig(vm)) == 0 // made outside this API: show what it has
 	overlay := func(key, live, def string) {
 		if _, set := cfg[key]; set || adopted || live != def {
 			cfg[key] = live
