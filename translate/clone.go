@@ -135,24 +135,9 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 		default:
 			continue // read-only ISOs and other sources are shared, not copied
 		}
-		var newName string
-		for tries := 0; newName == "" && tries < 1000; tries++ {
-			name := fmt.Sprintf("vm-%d-disk-%d", req.NewID, n)
-			n++
-			taken := false
-			if req.VolumeTaken != nil {
-				var err error
-				if taken, err = req.VolumeTaken(name); err != nil {
-					errs["newid"] = fmt.Sprintf("cannot tell whether volume name '%s' is free: %v", name, err)
-					return nil, errs
-				}
-			}
-			if !taken {
-				newName = name
-			}
-		}
-		if newName == "" {
-			errs["newid"] = fmt.Sprintf("no free volume name vm-%d-disk-<n>", req.NewID)
+		newName, err := freeVolumeName(req.NewID, &n, nil, req.VolumeTaken)
+		if err != nil {
+			errs["newid"] = err.Error()
 			return nil, errs
 		}
 		renamed[claim] = newName

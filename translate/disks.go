@@ -2,6 +2,7 @@ package translate
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -408,4 +409,29 @@ func VolumeClaims(vm *kubevirtv1.VirtualMachine) []string {
 		}
 	}
 	return out
+}
+
+// freeVolumeName is the first vm-<vmid>-disk-<n>, n counting on from
+// *next, that skip (if set) does not reject and taken (if set) does not
+// report in use; *next moves past every name tried. It gives up after
+// 1000 names, and when taken cannot tell.
+func freeVolumeName(vmid int, next *int, skip func(string) bool, taken func(string) (bool, error)) (string, error) {
+	for tries := 0; tries < 1000; tries++ {
+		name := fmt.Sprintf("vm-%d-disk-%d", vmid, *next)
+		*next++
+		if skip != nil && skip(name) {
+			continue
+		}
+		if taken != nil {
+			t, err := taken(name)
+			if err != nil {
+				return "", fmt.Errorf("cannot tell whether volume name '%s' is free: %v", name, err)
+			}
+			if t {
+				continue
+			}
+		}
+		return name, nil
+	}
+	return "", fmt.Errorf("no free volume name vm-%d-disk-<n>", vmid)
 }

@@ -659,24 +659,7 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 	next := 0
 	// newVolume is the first vm-<id>-disk-<n> nothing in the namespace uses.
 	newVolume := func() (string, error) {
-		for tries := 0; tries < 1000; tries++ {
-			name := fmt.Sprintf("vm-%d-disk-%d", req.VMID, next)
-			next++
-			if owned[name] != nil || chg.destroy[name] {
-				continue
-			}
-			if req.VolumeTaken != nil {
-				taken, err := req.VolumeTaken(name)
-				if err != nil {
-					return "", fmt.Errorf("cannot tell whether volume name '%s' is free: %v", name, err)
-				}
-				if taken {
-					continue
-				}
-			}
-			return name, nil
-		}
-		return "", fmt.Errorf("no free volume name vm-%d-disk-<n>", req.VMID)
+		return freeVolumeName(req.VMID, &next, func(name string) bool { return owned[name] != nil || chg.destroy[name] }, req.VolumeTaken)
 	}
 	var ciDrive string
 	for _, k := range keys {
