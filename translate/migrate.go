@@ -201,7 +201,10 @@ type StorageMap struct {
 // error texts are PVE's.
 func ParseStorageMap(s string) (StorageMap, error) {
 	var m StorageMap
-	for _, entry := range splitList(s) {
+	for _, entry := range SplitList(s) {
+		if entry == "" {
+			continue // an empty NUL-separated part names nothing
+		}
 		switch src, dst, pair := strings.Cut(entry, ":"); {
 		case entry == "1":
 			m.Identity = true
@@ -241,23 +244,6 @@ func (m StorageMap) Target(source string) string {
 		return m.Default
 	}
 	return source
-}
-
-// splitList splits like pve-common's split_list: on NULs when the value
-// has one, else on commas, semicolons and white space.
-func splitList(s string) []string {
-	if strings.IndexByte(s, 0) >= 0 {
-		var out []string
-		for _, p := range strings.Split(s, "\x00") {
-			if p != "" {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
-	return strings.FieldsFunc(s, func(r rune) bool {
-		return r == ',' || r == ';' || r == ' ' || r == '\t' || r == '\n' || r == '\r'
-	})
 }
 
 // ConfigVolume is a volume a PVE config refers to, with the attributes
