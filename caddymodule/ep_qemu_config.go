@@ -536,8 +536,8 @@ func markTemplate(vm *kubevirtv1.VirtualMachine) {
 // dvStorageClass is the StorageClass of the named DataVolume template.
 func dvStorageClass(vm *kubevirtv1.VirtualMachine, name string) string {
 	for _, dv := range vm.Spec.DataVolumeTemplates {
-		if dv.Name == name && dv.Spec.Storage != nil && dv.Spec.Storage.StorageClassName != nil {
-			return *dv.Spec.Storage.StorageClassName
+		if dv.Name == name {
+			return translate.TemplateStorageClass(dv)
 		}
 	}
 	return ""

@@ -241,7 +241,7 @@ func foreignValue(vm *kubevirtv1.VirtualMachine, s specDisk, claims ClaimLookup)
 			if t.Name != v.DataVolume.Name {
 				continue
 			}
-			if sc := templateStorageClass(t); sc != "" {
+			if sc := TemplateStorageClass(t); sc != "" {
 				d.file = sc + ":" + t.Name
 			}
 			if n := DataVolumeSize(t); n > 0 {
@@ -292,8 +292,9 @@ func foreignValue(vm *kubevirtv1.VirtualMachine, s specDisk, claims ClaimLookup)
 	return d.String()
 }
 
-// templateStorageClass is the StorageClass a DataVolume template asks for.
-func templateStorageClass(t kubevirtv1.DataVolumeTemplateSpec) string {
+// TemplateStorageClass is the StorageClass a DataVolume template asks for
+// (its storage spec, else its PVC spec); "" when it names none.
+func TemplateStorageClass(t kubevirtv1.DataVolumeTemplateSpec) string {
 	if t.Spec.Storage != nil && t.Spec.Storage.StorageClassName != nil {
 		return *t.Spec.Storage.StorageClassName
 	}

@@ -581,7 +581,7 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 	owned := map[string]*ownedClaim{}
 	for _, dv := range vm.Spec.DataVolumeTemplates {
 		existingDV[dv.Name] = dv
-		owned[dv.Name] = &ownedClaim{storage: templateStorageClass(dv), template: true, dv: true}
+		owned[dv.Name] = &ownedClaim{storage: TemplateStorageClass(dv), template: true, dv: true}
 	}
 	for _, s := range sds {
 		if s.disk.CDRom != nil {
