@@ -16,7 +16,14 @@ import (
 // describes the claims of the VM's namespace (the storage and size of
 // disks not made through this API); nil knows none.
 func ConfigView(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string]any {
-	cfg := configStrings(vm, claims)
+	cfg, _ := configStrings(vm, claims)
+	out := typedConfig(cfg)
+	out["digest"] = ConfigDigest(cfg)
+	return out
+}
+
+// typedConfig is cfg with the integer keys as numbers.
+func typedConfig(cfg map[string]string) map[string]any {
 	out := make(map[string]any, len(cfg)+1)
 	for k, v := range cfg {
 		if intKeys[k] {
@@ -27,7 +34,6 @@ func ConfigView(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string]an
 		}
 		out[k] = v
 	}
-	out["digest"] = ConfigDigest(cfg)
 	return out
 }
 
@@ -35,11 +41,13 @@ func ConfigView(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string]an
 // the VM object says now (so a kubectl edit shows up). Like PVE, keys at
 // their default are shown only when they were set. Every disk of the spec
 // shows: those made from the config with their stored value, the others
-// (foreign, see specDisk) with a value derived from their volume.
-func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string]string {
+// (foreign, see specDisk) with a value derived from their volume; they
+// are returned too, keyed as the config shows them.
+func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[string]string, []specDisk) {
 	cfg := StoredConfig(vm)
 	adopted := len(cfg) == 0 // made outside this API: show what it has
-	for _, s := range specDisks(vm, cfg) {
+	sds := specDisks(vm, cfg)
+	for _, s := range sds {
 		if !s.managed {
 			cfg[s.key] = foreignValue(vm, s, claims)
 		}
@@ -79,7 +87,7 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) map[string
 			cfg[iface.Name] = spec + ",bridge=" + DefaultBridge
 		}
 	}
-	return cfg
+	return cfg, sds
 }
 
 // ConfigDigest is PVE's config digest: a SHA-1 over the config, here over
@@ -110,20 +118,21 @@ type PendingEntry struct {
 // has the old CPU, memory or device set) carry the new value as "pending",
 // devices removed from the config carry delete:1.
 func PendingView(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, claims ClaimLookup) []PendingEntry {
-	view := ConfigView(vm, claims)
-	delete(view, "digest")
+	cfg, sds := configStrings(vm, claims)
+	view := typedConfig(cfg)
 	running := map[string]any{}
 	devices := map[string]bool{}
 	if vmi != nil && !vmi.IsFinal() && vm.Spec.Template != nil {
 		live := vm.DeepCopy()
 		live.Spec.Template.Spec = *vmi.Spec.DeepCopy()
-		lv := ConfigView(live, claims)
+		lcfg, _ := configStrings(live, claims)
+		lv := typedConfig(lcfg)
 		for _, k := range []string{"cores", "sockets", "memory"} {
 			running[k] = lv[k]
 		}
 		// The instance's disks under the keys the VM shows them with.
 		keyOf := map[string]string{}
-		for _, s := range specDisks(vm, StoredConfig(vm)) {
+		for _, s := range sds {
 			keyOf[s.disk.Name] = s.key
 		}
 		for _, d := range vmi.Spec.Domain.Devices.Disks {
@@ -137,11 +146,7 @@ func PendingView(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineIn
 			devices[i.Name] = true
 		}
 	}
-	keys := make([]string, 0, len(view))
-	for k := range view {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := orderedKeys(view)
 	out := make([]PendingEntry, 0, len(keys))
 	for _, k := range keys {
 		e := PendingEntry{Key: k, Value: view[k]}

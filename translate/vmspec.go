@@ -180,10 +180,10 @@ type VMUpdate struct {
 // UpdateVMChange is UpdateVM that also tells which volumes to delete.
 func UpdateVMChange(vm *kubevirtv1.VirtualMachine, req VMRequest, deletes []string) (VMUpdate, map[string]string) {
 	errs := map[string]string{}
-	cfg := configStrings(vm, req.Claim)
+	cfg, sds := configStrings(vm, req.Claim)
 	chg := &diskChange{destroy: map[string]bool{}}
 	claimOfKey := map[string]string{}
-	for _, s := range specDisks(vm, StoredConfig(vm)) {
+	for _, s := range sds {
 		if s.disk.CDRom == nil {
 			if n, _ := claimOfVolume(s.vol); n != "" {
 				claimOfKey[s.key] = n
