@@ -250,7 +250,8 @@ var cloudInitOptions = []string{"cicustom", "cipassword", "citype", "ciuser", "c
 // the password masked. A config change rewrites the drive's Secret in the
 // same call, so no row is ever pending or deleted.
 func CloudInitView(vm *kubevirtv1.VirtualMachine) []PendingEntry {
-	view := ConfigView(vm, nil) // no disk sizes needed
+	cfg, _ := configStrings(vm, nil) // no disk sizes needed
+	view := typedConfig(cfg)         // no digest either
 	out := []PendingEntry{}
 	for _, k := range cloudInitOptions {
 		v, ok := view[k]
