@@ -67,16 +67,13 @@ func PoolStartsWithLetter(id string) bool {
 	return id != "" && (id[0] >= 'a' && id[0] <= 'z' || id[0] >= 'A' && id[0] <= 'Z')
 }
 
-// storageIDPattern is PVE's pve-storage-id format (parse_id).
-var storageIDPattern = regexp.MustCompile(`^(?i)[a-z][a-z0-9\-_.]*[a-z0-9]$`)
-
 // ParseStorageID checks a storage id the way PVE's pve-storage-id format
 // does, with PVE's words.
 func ParseStorageID(id string) error {
 	if len(id) < 2 {
 		return fmt.Errorf("invalid format - storage ID '%s' cannot be shorter than 2 characters", id)
 	}
-	if !storageIDPattern.MatchString(id) {
+	if !storageIDRE.MatchString(id) {
 		return fmt.Errorf("invalid format - storage ID '%s' contains illegal characters", id)
 	}
 	return nil
