@@ -120,11 +120,7 @@ func (c *Cluster) CreateISO(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.D
 		return nil, err
 	}
 	// Read-your-writes: the download's task finds it at once.
-	if inf := c.dataVolumes.informerFor(out.Namespace); inf != nil {
-		if cp, err := stripMeta(out.DeepCopy()); err == nil {
-			_ = inf.GetStore().Add(cp)
-		}
-	}
+	c.dataVolumes.put(out)
 	return out, nil
 }
 

@@ -92,11 +92,7 @@ func (c *Cluster) CreateMigration(ctx context.Context, g Guest, target Node) (*k
 	if err != nil {
 		return nil, err
 	}
-	if c.migrations != nil {
-		if inf := c.migrations.informerFor(out.Namespace); inf != nil {
-			_ = inf.GetStore().Add(out.DeepCopy())
-		}
-	}
+	c.migrations.put(out)
 	return out, nil
 }
 

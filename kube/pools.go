@@ -109,7 +109,7 @@ func (c *Cluster) CreatePool(ctx context.Context, name, comment string) error {
 	if err != nil {
 		return err
 	}
-	c.cacheNamespace(out)
+	c.namespaces.put(out)
 	return nil
 }
 
@@ -131,7 +131,7 @@ func (c *Cluster) SetPoolComment(ctx context.Context, name, comment string) erro
 	if err != nil {
 		return err
 	}
-	c.cacheNamespace(out)
+	c.namespaces.put(out)
 	return nil
 }
 
@@ -195,7 +195,7 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 	now := metav1.Now()
 	gone.DeletionTimestamp = &now
 	gone.Status.Phase = corev1.NamespaceTerminating
-	c.cacheNamespace(gone)
+	c.namespaces.put(gone)
 	return nil
 }
 
@@ -300,17 +300,4 @@ func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object) (bool, 
 		return false, err
 	}
 	return uid != ref.UID, nil
-}
-
-// cacheNamespace puts a Namespace the apiserver just answered into the
-// cache, so that the client's next call reads its own write.
-func (c *Cluster) cacheNamespace(ns *corev1.Namespace) {
-	if c.namespaces == nil {
-		return
-	}
-	if inf := c.namespaces.informerFor(""); inf != nil {
-		if cp, err := stripMeta(ns.DeepCopy()); err == nil {
-			_ = inf.GetStore().Update(cp)
-		}
-	}
 }
