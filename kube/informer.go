@@ -135,6 +135,16 @@ func (s *store) put(obj runtime.Object) {
 	_ = inf.GetStore().Update(o)
 }
 
+// cached returns the object ns/name of s as a *T, or nil; a nil store (an
+// API the cluster lacks) holds nothing.
+func cached[T any](s *store, ns, name string) *T {
+	if s == nil {
+		return nil
+	}
+	o, _ := s.get(ns, name).(*T)
+	return o
+}
+
 // get returns the cached object ns/name, or nil.
 func (s *store) get(ns, name string) any {
 	inf := s.informerFor(ns)

@@ -62,13 +62,7 @@ func (c *Cluster) HasCDI() bool { return c.dataVolumes != nil }
 
 // DataVolume returns a cached DataVolume, or nil.
 func (c *Cluster) DataVolume(ns, name string) *cdiv1.DataVolume {
-	if c.dataVolumes == nil {
-		return nil
-	}
-	if o := c.dataVolumes.get(ns, name); o != nil {
-		return o.(*cdiv1.DataVolume)
-	}
-	return nil
+	return cached[cdiv1.DataVolume](c.dataVolumes, ns, name)
 }
 
 // ClaimPopulated tells whether a claim holds its data: false while the

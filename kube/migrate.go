@@ -171,13 +171,7 @@ func (c *Cluster) SetHomeNode(ctx context.Context, g Guest, target string) error
 
 // migrationOf returns the cached migration ns/name, or nil.
 func (c *Cluster) migrationOf(ns, name string) *kubevirtv1.VirtualMachineInstanceMigration {
-	if c.migrations == nil {
-		return nil
-	}
-	if o := c.migrations.get(ns, name); o != nil {
-		return o.(*kubevirtv1.VirtualMachineInstanceMigration)
-	}
-	return nil
+	return cached[kubevirtv1.VirtualMachineInstanceMigration](c.migrations, ns, name)
 }
 
 // migrationFailure is why KubeVirt says a migration failed: the failure

@@ -62,13 +62,7 @@ func (c *Cluster) ServesAll() bool { return len(c.opts.Namespaces) == 0 }
 
 // namespace returns the cached Namespace, in any phase, or nil.
 func (c *Cluster) namespace(name string) *corev1.Namespace {
-	if c.namespaces == nil {
-		return nil
-	}
-	if o := c.namespaces.get("", name); o != nil {
-		return o.(*corev1.Namespace)
-	}
-	return nil
+	return cached[corev1.Namespace](c.namespaces, "", name)
 }
 
 // NamespaceExists tells whether a Namespace object of that name is cached,

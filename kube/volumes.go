@@ -43,10 +43,7 @@ func (c *Cluster) ClaimsOf(storageClass string) []*corev1.PersistentVolumeClaim 
 
 // CachedPVC returns a claim from the cache, or nil.
 func (c *Cluster) CachedPVC(ns, name string) *corev1.PersistentVolumeClaim {
-	if o := c.pvcs.get(ns, name); o != nil {
-		return o.(*corev1.PersistentVolumeClaim)
-	}
-	return nil
+	return cached[corev1.PersistentVolumeClaim](c.pvcs, ns, name)
 }
 
 // StorageClassExpands tells whether claims of a StorageClass can grow.
