@@ -230,7 +230,7 @@ func (h *APIHandler) storageRows() []storageRow {
 // content find it.
 func (h *APIHandler) storageContent(class string) string {
 	for _, pvc := range h.cluster.ClaimsOf(class) {
-		if pvc.Annotations[AnnotationISOFile] != "" && pvc.DeletionTimestamp == nil && h.cluster.ClaimPopulated(pvc) {
+		if pvc.Annotations[AnnotationISOFile] != "" && listable(h.cluster, pvc) {
 			return "images,iso,rootdir"
 		}
 	}
