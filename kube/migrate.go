@@ -219,7 +219,7 @@ func (ts *Tasks) evaluateMigrated(t *Task, vm *kubevirtv1.VirtualMachine, vmi *k
 	case m != nil && m.Status.Phase == kubevirtv1.MigrationFailed:
 		reason := migrationFailure(m, vmi)
 		return true, "migration aborted: " + reason, []string{fmt.Sprintf("ERROR: migration aborted (duration %s): %s", taskDuration(now.Sub(t.started)), reason)}
-	case m == nil && c.migrations != nil && now.Sub(t.started) > 10*time.Second:
+	case m == nil && c.migrations != nil && now.Sub(t.started) > lagGrace:
 		return true, "migration aborted: the migration " + t.object + " was deleted", nil
 	}
 	done := c.migrations == nil || (m != nil && m.Status.Phase == kubevirtv1.MigrationSucceeded)
@@ -237,8 +237,13 @@ func (ts *Tasks) evaluateMigrated(t *Task, vm *kubevirtv1.VirtualMachine, vmi *k
 			return false, "", nil
 		}
 	}
-	lines := []string{fmt.Sprintf("migration finished successfully (duration %s)", taskDuration(now.Sub(t.started)))}
-	return true, translate.ExitOK, lines
+	return true, translate.ExitOK, migrationFinished(t, now)
+}
+
+// migrationFinished is the last log line of a migration task that ended
+// well, as qemu-server words it.
+func migrationFinished(t *Task, now time.Time) []string {
+	return []string{fmt.Sprintf("migration finished successfully (duration %s)", taskDuration(now.Sub(t.started)))}
 }
 
 // taskDuration prints a duration as qemu-server's migrate log does.
