@@ -199,8 +199,11 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyError, error) {
 	list := metav1.ListOptions{Limit: 100}
 	var found []*PoolNotEmptyError
+	// The UIDs of the owners asked for, "" for one that is gone: the
+	// objects of one VM name it once each, and it is asked for once.
+	owners := map[string]types.UID{}
 	note := func(kind string, m metav1.Object) error {
-		going, err := c.going(ctx, ns, m)
+		going, err := c.going(ctx, ns, m, owners)
 		if err != nil {
 			return err
 		}
@@ -262,14 +265,18 @@ func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyErr
 
 // going tells whether an object is on its way out: being deleted, or
 // controlled by a VirtualMachine or DataVolume that no longer exists (the
-// garbage collector removes it next).
-func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object) (bool, error) {
+// garbage collector removes it next). owners remembers the owners read.
+func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object, owners map[string]types.UID) (bool, error) {
 	if m.GetDeletionTimestamp() != nil {
 		return true, nil
 	}
 	ref := metav1.GetControllerOf(m)
 	if ref == nil {
 		return false, nil
+	}
+	key := ref.APIVersion + "/" + ref.Kind + "/" + ref.Name
+	if uid, ok := owners[key]; ok {
+		return uid != ref.UID, nil
 	}
 	var uid types.UID
 	var err error
@@ -289,9 +296,11 @@ func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object) (bool, 
 	}
 	switch {
 	case apierrors.IsNotFound(err):
+		owners[key] = ""
 		return true, nil
 	case err != nil:
 		return false, err
 	}
+	owners[key] = uid
 	return uid != ref.UID, nil
 }
