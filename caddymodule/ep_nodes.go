@@ -29,7 +29,11 @@ func (h *APIHandler) nodes() []kube.Node {
 // node resolves the {node} path segment like pveproxy: an unknown node is
 // an error naming it.
 func (h *APIHandler) node(q *request) (kube.Node, *apiError) {
-	name := q.r.PathValue("node")
+	return h.nodeNamed(q.r.PathValue("node"))
+}
+
+// nodeNamed finds a node by its PVE name, or fails as pveproxy does.
+func (h *APIHandler) nodeNamed(name string) (kube.Node, *apiError) {
 	for _, n := range h.nodes() {
 		if n.Name == name {
 			return n, nil
@@ -230,7 +234,7 @@ func (h *APIHandler) storageRows() []storageRow {
 // content find it.
 func (h *APIHandler) storageContent(class string) string {
 	for _, pvc := range h.cluster.ClaimsOf(class) {
-		if pvc.Annotations[AnnotationISOFile] != "" && pvc.DeletionTimestamp == nil && h.cluster.ClaimPopulated(pvc) {
+		if pvc.Annotations[AnnotationISOFile] != "" && listable(h.cluster, pvc) {
 			return "images,iso,rootdir"
 		}
 	}

@@ -93,14 +93,8 @@ func (h *APIHandler) parseMigrate(q *request) (migrateRequest, *apiError) {
 	if target == src.Name {
 		return r, paramErr("target", "target is local node.")
 	}
-	found := false
-	for _, n := range h.nodes() {
-		if n.Name == target {
-			r.target, found = n, true
-		}
-	}
-	if !found {
-		return r, newError(http.StatusInternalServerError, "no such cluster node '%s'", target)
+	if r.target, e = h.nodeNamed(target); e != nil {
+		return r, e
 	}
 	// As in PVE, a token of root@pam is not root@pam.
 	if root := q.id.ID() == "root@pam"; !root {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
@@ -55,7 +56,7 @@ func (h *APIHandler) getStorageContent(q *request) (any, *apiError) {
 	vmid := q.p["vmid"]
 	out := []contentRow{}
 	for _, pvc := range q.c.ClaimsOf(s) {
-		if !h.listable(q, pvc) {
+		if !listable(q.c, pvc) {
 			continue
 		}
 		row := volume(s, pvc)
@@ -77,7 +78,7 @@ func (h *APIHandler) getStorageVolume(q *request) (any, *apiError) {
 	volid := q.r.PathValue("volume")
 	name := strings.TrimPrefix(volid, s+":")
 	for _, pvc := range q.c.ClaimsOf(s) {
-		if !h.listable(q, pvc) {
+		if !listable(q.c, pvc) {
 			continue
 		}
 		row := volume(s, pvc)
@@ -92,9 +93,9 @@ func (h *APIHandler) getStorageVolume(q *request) (any, *apiError) {
 // it is complete, as PVE shows a download only when it is renamed into
 // place (a download running or failed, or a claim being deleted, is not
 // listed; DELETE still finds it).
-func (h *APIHandler) listable(q *request, pvc *corev1.PersistentVolumeClaim) bool {
+func listable(c *kube.Cluster, pvc *corev1.PersistentVolumeClaim) bool {
 	if pvc.Annotations[AnnotationISOFile] == "" {
 		return true
 	}
-	return pvc.DeletionTimestamp == nil && q.c.ClaimPopulated(pvc)
+	return pvc.DeletionTimestamp == nil && c.ClaimPopulated(pvc)
 }

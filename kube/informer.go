@@ -23,6 +23,9 @@ type listWatchFuncs struct {
 // that serving a list of namespaces needs no cluster-wide list/watch rights.
 type store struct {
 	byNS map[string]cache.SharedIndexInformer // "" key = all namespaces
+	// transform is what the informers apply to what they store; put
+	// applies it too.
+	transform cache.TransformFunc
 }
 
 // changeFunc hears about cache changes; old is nil for an add, new is nil
@@ -33,7 +36,7 @@ func newStore(ctx context.Context, semantics any, namespaces []string, obj runti
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s := &store{byNS: map[string]cache.SharedIndexInformer{}}
+	s := &store{byNS: map[string]cache.SharedIndexInformer{}, transform: transform}
 	// During an outage list and watch wait for the cluster to come back
 	// (see health), and their outcomes tell whether the cache is current.
 	h := healthFrom(ctx)
@@ -103,6 +106,43 @@ func (s *store) informerFor(ns string) cache.SharedIndexInformer {
 		return inf
 	}
 	return s.byNS[ns]
+}
+
+// put puts an object the apiserver just answered into the cache, as the
+// informers would store it, so that the client's next call reads its own
+// write. A nil store (an API the cluster lacks) or an unwatched namespace
+// takes nothing.
+func (s *store) put(obj runtime.Object) {
+	if s == nil {
+		return
+	}
+	cp := obj.DeepCopyObject()
+	m, ok := cp.(metav1.Object)
+	if !ok {
+		return
+	}
+	inf := s.informerFor(m.GetNamespace())
+	if inf == nil {
+		return
+	}
+	var o any = cp
+	if s.transform != nil {
+		var err error
+		if o, err = s.transform(cp); err != nil {
+			return
+		}
+	}
+	_ = inf.GetStore().Update(o)
+}
+
+// cached returns the object ns/name of s as a *T, or nil; a nil store (an
+// API the cluster lacks) holds nothing.
+func cached[T any](s *store, ns, name string) *T {
+	if s == nil {
+		return nil
+	}
+	o, _ := s.get(ns, name).(*T)
+	return o
 }
 
 // get returns the cached object ns/name, or nil.

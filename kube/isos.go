@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -64,13 +62,7 @@ func (c *Cluster) HasCDI() bool { return c.dataVolumes != nil }
 
 // DataVolume returns a cached DataVolume, or nil.
 func (c *Cluster) DataVolume(ns, name string) *cdiv1.DataVolume {
-	if c.dataVolumes == nil {
-		return nil
-	}
-	if o := c.dataVolumes.get(ns, name); o != nil {
-		return o.(*cdiv1.DataVolume)
-	}
-	return nil
+	return cached[cdiv1.DataVolume](c.dataVolumes, ns, name)
 }
 
 // ClaimPopulated tells whether a claim holds its data: false while the
@@ -122,11 +114,7 @@ func (c *Cluster) CreateISO(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.D
 		return nil, err
 	}
 	// Read-your-writes: the download's task finds it at once.
-	if inf := c.dataVolumes.informerFor(out.Namespace); inf != nil {
-		if cp, err := stripMeta(out.DeepCopy()); err == nil {
-			_ = inf.GetStore().Add(cp)
-		}
-	}
+	c.dataVolumes.put(out)
 	return out, nil
 }
 
@@ -155,17 +143,19 @@ func (c *Cluster) DeleteISO(ctx context.Context, pvc *corev1.PersistentVolumeCla
 // ISOUsers lists, in vmid order, the VMs of the claim's namespace that use
 // it (ClaimUsers), as guests so that refusals can name their vmids.
 func (c *Cluster) ISOUsers(ns, claim string) []Guest {
-	uids := map[types.UID]bool{}
-	for _, vm := range c.ClaimUsers(ns, claim, "") {
-		uids[vm.UID] = true
+	users := c.ClaimUsers(ns, claim, "")
+	if len(users) == 0 {
+		return nil
 	}
+	t, nt := c.table(), c.nodeTable()
 	var out []Guest
-	for _, g := range c.Guests() {
-		if uids[g.VM.UID] {
-			out = append(out, g)
+	for _, vm := range users {
+		// As Guests: a VM added after the table was built shows next time.
+		if id, ok := t.byKey[vm.Namespace+"/"+vm.Name]; ok {
+			out = append(out, c.guest(id, vm, nt))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].VMID < out[j].VMID })
+	sortGuests(out)
 	return out
 }
 

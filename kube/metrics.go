@@ -72,50 +72,39 @@ func (u Usage) Fields() UsageFields {
 // Overlay returns u with every field that o carries taken from o.
 func (u Usage) Overlay(o Usage) Usage {
 	has, oh := u.Fields(), o.Fields()
-	pick := func(f UsageFields) bool { return oh&f != 0 }
-	if pick(HasCPU) {
-		u.CPUCores = o.CPUCores
-	}
-	if pick(HasMem) {
-		u.MemBytes = o.MemBytes
-	}
-	if pick(HasNetIn) {
-		u.NetIn = o.NetIn
-	}
-	if pick(HasNetOut) {
-		u.NetOut = o.NetOut
-	}
-	if pick(HasDiskRead) {
-		u.DiskRead = o.DiskRead
-	}
-	if pick(HasDiskWrite) {
-		u.DiskWrite = o.DiskWrite
-	}
-	for i, f := range [3]UsageFields{HasLoad1, HasLoad5, HasLoad15} {
-		if pick(f) {
-			u.Load[i] = o.Load[i]
+	for _, f := range []struct {
+		bit      UsageFields
+		dst, src *int64
+	}{
+		{HasMem, &u.MemBytes, &o.MemBytes},
+		{HasNetIn, &u.NetIn, &o.NetIn},
+		{HasNetOut, &u.NetOut, &o.NetOut},
+		{HasDiskRead, &u.DiskRead, &o.DiskRead},
+		{HasDiskWrite, &u.DiskWrite, &o.DiskWrite},
+		{HasBootTime, &u.BootTime, &o.BootTime},
+		{HasRootUsed, &u.RootUsed, &o.RootUsed},
+		{HasRootTotal, &u.RootTotal, &o.RootTotal},
+		{HasSwapUsed, &u.SwapUsed, &o.SwapUsed},
+		{HasSwapTotal, &u.SwapTotal, &o.SwapTotal},
+	} {
+		if oh&f.bit != 0 {
+			*f.dst = *f.src
 		}
 	}
-	if pick(HasBootTime) {
-		u.BootTime = o.BootTime
-	}
-	if pick(HasRootUsed) {
-		u.RootUsed = o.RootUsed
-	}
-	if pick(HasRootTotal) {
-		u.RootTotal = o.RootTotal
-	}
-	if pick(HasSwapUsed) {
-		u.SwapUsed = o.SwapUsed
-	}
-	if pick(HasSwapTotal) {
-		u.SwapTotal = o.SwapTotal
-	}
-	if pick(HasIOWait) {
-		u.IOWait = o.IOWait
-	}
-	if pick(HasIdle) {
-		u.Idle = o.Idle
+	for _, f := range []struct {
+		bit      UsageFields
+		dst, src *float64
+	}{
+		{HasCPU, &u.CPUCores, &o.CPUCores},
+		{HasLoad1, &u.Load[0], &o.Load[0]},
+		{HasLoad5, &u.Load[1], &o.Load[1]},
+		{HasLoad15, &u.Load[2], &o.Load[2]},
+		{HasIOWait, &u.IOWait, &o.IOWait},
+		{HasIdle, &u.Idle, &o.Idle},
+	} {
+		if oh&f.bit != 0 {
+			*f.dst = *f.src
+		}
 	}
 	u.Has = has | oh
 	return u

@@ -92,11 +92,7 @@ func (c *Cluster) CreateMigration(ctx context.Context, g Guest, target Node) (*k
 	if err != nil {
 		return nil, err
 	}
-	if c.migrations != nil {
-		if inf := c.migrations.informerFor(out.Namespace); inf != nil {
-			_ = inf.GetStore().Add(out.DeepCopy())
-		}
-	}
+	c.migrations.put(out)
 	return out, nil
 }
 
@@ -175,13 +171,7 @@ func (c *Cluster) SetHomeNode(ctx context.Context, g Guest, target string) error
 
 // migrationOf returns the cached migration ns/name, or nil.
 func (c *Cluster) migrationOf(ns, name string) *kubevirtv1.VirtualMachineInstanceMigration {
-	if c.migrations == nil {
-		return nil
-	}
-	if o := c.migrations.get(ns, name); o != nil {
-		return o.(*kubevirtv1.VirtualMachineInstanceMigration)
-	}
-	return nil
+	return cached[kubevirtv1.VirtualMachineInstanceMigration](c.migrations, ns, name)
 }
 
 // migrationFailure is why KubeVirt says a migration failed: the failure
@@ -229,7 +219,7 @@ func (ts *Tasks) evaluateMigrated(t *Task, vm *kubevirtv1.VirtualMachine, vmi *k
 	case m != nil && m.Status.Phase == kubevirtv1.MigrationFailed:
 		reason := migrationFailure(m, vmi)
 		return true, "migration aborted: " + reason, []string{fmt.Sprintf("ERROR: migration aborted (duration %s): %s", taskDuration(now.Sub(t.started)), reason)}
-	case m == nil && c.migrations != nil && now.Sub(t.started) > 10*time.Second:
+	case m == nil && c.migrations != nil && now.Sub(t.started) > lagGrace:
 		return true, "migration aborted: the migration " + t.object + " was deleted", nil
 	}
 	done := c.migrations == nil || (m != nil && m.Status.Phase == kubevirtv1.MigrationSucceeded)
@@ -247,8 +237,13 @@ func (ts *Tasks) evaluateMigrated(t *Task, vm *kubevirtv1.VirtualMachine, vmi *k
 			return false, "", nil
 		}
 	}
-	lines := []string{fmt.Sprintf("migration finished successfully (duration %s)", taskDuration(now.Sub(t.started)))}
-	return true, translate.ExitOK, lines
+	return true, translate.ExitOK, migrationFinished(t, now)
+}
+
+// migrationFinished is the last log line of a migration task that ended
+// well, as qemu-server words it.
+func migrationFinished(t *Task, now time.Time) []string {
+	return []string{fmt.Sprintf("migration finished successfully (duration %s)", taskDuration(now.Sub(t.started)))}
 }
 
 // taskDuration prints a duration as qemu-server's migrate log does.

@@ -62,13 +62,7 @@ func (c *Cluster) ServesAll() bool { return len(c.opts.Namespaces) == 0 }
 
 // namespace returns the cached Namespace, in any phase, or nil.
 func (c *Cluster) namespace(name string) *corev1.Namespace {
-	if c.namespaces == nil {
-		return nil
-	}
-	if o := c.namespaces.get("", name); o != nil {
-		return o.(*corev1.Namespace)
-	}
-	return nil
+	return cached[corev1.Namespace](c.namespaces, "", name)
 }
 
 // NamespaceExists tells whether a Namespace object of that name is cached,
@@ -109,7 +103,7 @@ func (c *Cluster) CreatePool(ctx context.Context, name, comment string) error {
 	if err != nil {
 		return err
 	}
-	c.cacheNamespace(out)
+	c.namespaces.put(out)
 	return nil
 }
 
@@ -131,7 +125,7 @@ func (c *Cluster) SetPoolComment(ctx context.Context, name, comment string) erro
 	if err != nil {
 		return err
 	}
-	c.cacheNamespace(out)
+	c.namespaces.put(out)
 	return nil
 }
 
@@ -195,7 +189,7 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 	now := metav1.Now()
 	gone.DeletionTimestamp = &now
 	gone.Status.Phase = corev1.NamespaceTerminating
-	c.cacheNamespace(gone)
+	c.namespaces.put(gone)
 	return nil
 }
 
@@ -205,8 +199,11 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyError, error) {
 	list := metav1.ListOptions{Limit: 100}
 	var found []*PoolNotEmptyError
+	// The UIDs of the owners asked for, "" for one that is gone: the
+	// objects of one VM name it once each, and it is asked for once.
+	owners := map[string]types.UID{}
 	note := func(kind string, m metav1.Object) error {
-		going, err := c.going(ctx, ns, m)
+		going, err := c.going(ctx, ns, m, owners)
 		if err != nil {
 			return err
 		}
@@ -268,14 +265,18 @@ func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyErr
 
 // going tells whether an object is on its way out: being deleted, or
 // controlled by a VirtualMachine or DataVolume that no longer exists (the
-// garbage collector removes it next).
-func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object) (bool, error) {
+// garbage collector removes it next). owners remembers the owners read.
+func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object, owners map[string]types.UID) (bool, error) {
 	if m.GetDeletionTimestamp() != nil {
 		return true, nil
 	}
 	ref := metav1.GetControllerOf(m)
 	if ref == nil {
 		return false, nil
+	}
+	key := ref.APIVersion + "/" + ref.Kind + "/" + ref.Name
+	if uid, ok := owners[key]; ok {
+		return uid != ref.UID, nil
 	}
 	var uid types.UID
 	var err error
@@ -295,22 +296,11 @@ func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object) (bool, 
 	}
 	switch {
 	case apierrors.IsNotFound(err):
+		owners[key] = ""
 		return true, nil
 	case err != nil:
 		return false, err
 	}
+	owners[key] = uid
 	return uid != ref.UID, nil
-}
-
-// cacheNamespace puts a Namespace the apiserver just answered into the
-// cache, so that the client's next call reads its own write.
-func (c *Cluster) cacheNamespace(ns *corev1.Namespace) {
-	if c.namespaces == nil {
-		return
-	}
-	if inf := c.namespaces.informerFor(""); inf != nil {
-		if cp, err := stripMeta(ns.DeepCopy()); err == nil {
-			_ = inf.GetStore().Update(cp)
-		}
-	}
 }

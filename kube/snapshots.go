@@ -121,9 +121,7 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 	}
 	out, err := c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshots(g.Namespace()).Create(ctx, s, metav1.CreateOptions{})
 	if err == nil {
-		if inf := c.snapshots.informerFor(out.Namespace); inf != nil {
-			_ = inf.GetStore().Add(out.DeepCopy())
-		}
+		c.snapshots.put(out)
 	}
 	return out, err
 }

@@ -448,7 +448,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
 		}
 		if ts.c.guest(0, vm, ts.c.nodeTable()).Node == t.target {
-			return true, translate.ExitOK, []string{fmt.Sprintf("migration finished successfully (duration %s)", taskDuration(now.Sub(t.started)))}
+			return true, translate.ExitOK, migrationFinished(t, now)
 		}
 	case GoalMigrated:
 		if done, exit, lines := ts.evaluateMigrated(t, vm, vmi, now); done {

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -43,10 +44,7 @@ func (c *Cluster) ClaimsOf(storageClass string) []*corev1.PersistentVolumeClaim 
 
 // CachedPVC returns a claim from the cache, or nil.
 func (c *Cluster) CachedPVC(ns, name string) *corev1.PersistentVolumeClaim {
-	if o := c.pvcs.get(ns, name); o != nil {
-		return o.(*corev1.PersistentVolumeClaim)
-	}
-	return nil
+	return cached[corev1.PersistentVolumeClaim](c.pvcs, ns, name)
 }
 
 // StorageClassExpands tells whether claims of a StorageClass can grow.
@@ -76,8 +74,14 @@ func (c *Cluster) ClaimUsers(ns, name string, except types.UID) []*kubevirtv1.Vi
 	if inf == nil {
 		return nil
 	}
+	// By namespace: with every namespace served the informer holds the
+	// whole cluster's VMs.
+	objs, err := inf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
+		return nil
+	}
 	var out []*kubevirtv1.VirtualMachine
-	for _, o := range inf.GetStore().List() {
+	for _, o := range objs {
 		vm, ok := o.(*kubevirtv1.VirtualMachine)
 		if !ok || vm.Namespace != ns || (except != "" && vm.UID == except) {
 			continue

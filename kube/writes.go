@@ -121,13 +121,7 @@ func (c *Cluster) jsonPatchVM(ctx context.Context, g Guest, ops []patchOp) (*kub
 
 // cacheVM puts a VM the apiserver just answered into the cache, so that
 // the client's next call reads its own write.
-func (c *Cluster) cacheVM(vm *kubevirtv1.VirtualMachine) {
-	if inf := c.vms.informerFor(vm.Namespace); inf != nil {
-		if cp, err := stripVM(vm.DeepCopy()); err == nil {
-			_ = inf.GetStore().Update(cp)
-		}
-	}
-}
+func (c *Cluster) cacheVM(vm *kubevirtv1.VirtualMachine) { c.vms.put(vm) }
 
 // ErrModified means the VM changed between read and write.
 //
