@@ -98,13 +98,7 @@ func guestState(g kube.Guest) translate.GuestState {
 	if g.VMI == nil {
 		return translate.VMState(g.VM.Status.PrintableStatus, "", false, false)
 	}
-	paused := false
-	for _, c := range g.VMI.Status.Conditions {
-		if c.Type == kubevirtv1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
-			paused = true
-		}
-	}
-	return translate.VMState(g.VM.Status.PrintableStatus, g.VMI.Status.Phase, true, paused)
+	return translate.VMState(g.VM.Status.PrintableStatus, g.VMI.Status.Phase, true, kube.VMIPaused(g.VMI))
 }
 
 // factsOf computes a VM row's values; c supplies usage metrics (nil: none).
