@@ -219,9 +219,16 @@ func storageType(sc *storagev1.StorageClass) (typ string, shared int) {
 	return "dir", 0
 }
 
-func (h *APIHandler) storageRows() []storageRow {
+func (h *APIHandler) storageRows() []storageRow { return h.storageRowsWhere(nil) }
+
+// storageRowsWhere is storageRows of the storages keep accepts (nil: all);
+// rows left out cost no content scan (storageContent).
+func (h *APIHandler) storageRowsWhere(keep func(name string) bool) []storageRow {
 	out := []storageRow{}
 	for _, sc := range h.cluster.StorageClasses() {
+		if keep != nil && !keep(sc.Name) {
+			continue
+		}
 		typ, shared := storageType(sc)
 		out = append(out, storageRow{Storage: sc.Name, Type: typ, Content: h.storageContent(sc.Name), Active: 1, Enabled: 1, Shared: shared})
 	}
@@ -303,7 +310,7 @@ func (h *APIHandler) getNodeStorageStatus(q *request) (any, *apiError) {
 		return nil, e
 	}
 	name := q.r.PathValue("storage")
-	for _, r := range h.storageRows() {
+	for _, r := range h.storageRowsWhere(func(s string) bool { return s == name }) {
 		if r.Storage == name {
 			return r, nil
 		}
@@ -321,7 +328,7 @@ func (h *APIHandler) getStorageConfig(q *request) (any, *apiError) {
 
 func (h *APIHandler) getStorageConfigOne(q *request) (any, *apiError) {
 	name := q.r.PathValue("storage")
-	for _, r := range h.storageRows() {
+	for _, r := range h.storageRowsWhere(func(s string) bool { return s == name }) {
 		if r.Storage == name {
 			return map[string]any{"storage": r.Storage, "type": r.Type, "content": r.Content, "shared": r.Shared}, nil
 		}

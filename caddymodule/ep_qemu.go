@@ -199,7 +199,7 @@ func kubeError(err error) *apiError {
 }
 
 func running(g kube.Guest) bool {
-	return factsOf(nil, g, time.Now()).state.Status == "running"
+	return guestState(g).Status == "running"
 }
 
 func notRunning(g kube.Guest) *apiError {
@@ -270,7 +270,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		}
 		// A paused guest cannot react to ACPI: PVE refuses, or stops it
 		// with forceStop.
-		if factsOf(nil, g, time.Now()).state.QMPStatus == translate.QMPPaused {
+		if guestState(g).QMPStatus == translate.QMPPaused {
 			if !forceStop {
 				return nil, newError(http.StatusInternalServerError, "VM is paused - cannot shutdown")
 			}

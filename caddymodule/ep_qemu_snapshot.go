@@ -170,11 +170,11 @@ func (h *APIHandler) getQemuSnapshotConfig(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	claims := claimLookup(q, g.Namespace())
-	view := translate.ConfigView(g.VM, claims)
-	if vm, err := q.c.SnapshotVM(q.ctx(), s.Obj); err == nil && vm != nil {
-		view = translate.ConfigView(vm, claims)
+	vm := g.VM
+	if snap, err := q.c.SnapshotVM(q.ctx(), s.Obj); err == nil && snap != nil {
+		vm = snap
 	}
+	view := translate.ConfigView(vm, claimLookup(q, g.Namespace()))
 	delete(view, "digest")
 	view["snaptime"] = s.Obj.CreationTimestamp.Unix()
 	view["description"] = s.Description

@@ -31,11 +31,7 @@ func servedFingerprint(r *http.Request) string {
 			continue
 		}
 		sum := sha256.Sum256(c.Certificate.Certificate[0])
-		hex := make([]string, len(sum))
-		for i, b := range sum {
-			hex[i] = fmt.Sprintf("%02X", b)
-		}
-		return strings.Join(hex, ":")
+		return strings.ReplaceAll(fmt.Sprintf("% X", sum[:]), " ", ":")
 	}
 	return ""
 }

@@ -92,20 +92,18 @@ type guestFacts struct {
 	netin, netout, diskread, diskwrite int64
 }
 
+// guestState is a guest's PVE status and QMP status, as factsOf reports
+// them, without the rest of the row (nor the provisioning lock).
+func guestState(g kube.Guest) translate.GuestState {
+	if g.VMI == nil {
+		return translate.VMState(g.VM.Status.PrintableStatus, "", false, false)
+	}
+	return translate.VMState(g.VM.Status.PrintableStatus, g.VMI.Status.Phase, true, kube.VMIPaused(g.VMI))
+}
+
 // factsOf computes a VM row's values; c supplies usage metrics (nil: none).
 func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
-	f := guestFacts{cfg: translate.StoredConfig(g.VM)}
-	if g.VMI != nil {
-		paused := false
-		for _, c := range g.VMI.Status.Conditions {
-			if c.Type == kubevirtv1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
-				paused = true
-			}
-		}
-		f.state = translate.VMState(g.VM.Status.PrintableStatus, g.VMI.Status.Phase, true, paused)
-	} else {
-		f.state = translate.VMState(g.VM.Status.PrintableStatus, "", false, false)
-	}
+	f := guestFacts{cfg: translate.StoredConfig(g.VM), state: guestState(g)}
 	// A lock recorded at create or clone holds while the volumes are
 	// provisioned, then lifts by itself.
 	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && provisioning(g.VM) {

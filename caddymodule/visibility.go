@@ -11,13 +11,9 @@ import (
 
 // visibleStorage lists the storages the caller may audit or allocate on.
 func (h *APIHandler) visibleStorage(q *request) []storageRow {
-	var out []storageRow
-	for _, r := range h.storageRows() {
-		if h.sees(q, "/storage/"+r.Storage, "", "Datastore.Audit") || h.sees(q, "/storage/"+r.Storage, "", "Datastore.AllocateSpace") {
-			out = append(out, r)
-		}
-	}
-	return out
+	return h.storageRowsWhere(func(s string) bool {
+		return h.sees(q, "/storage/"+s, "", "Datastore.Audit") || h.sees(q, "/storage/"+s, "", "Datastore.AllocateSpace")
+	})
 }
 
 // visibleGuests lists the VMs the caller may audit.

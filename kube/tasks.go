@@ -502,7 +502,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vmi != nil && vmi.Status.Phase == kubevirtv1.Failed {
 			return true, "start failed: the VM instance failed" + reason(vm), nil
 		}
-		paused := vmi != nil && vmiPaused(vmi)
+		paused := vmi != nil && VMIPaused(vmi)
 		switch {
 		case t.goal == GoalRunning && running:
 			return true, translate.ExitOK, nil
@@ -553,7 +553,8 @@ func reason(vm *kubevirtv1.VirtualMachine) string {
 	return ""
 }
 
-func vmiPaused(vmi *kubevirtv1.VirtualMachineInstance) bool {
+// VMIPaused tells whether an instance has a true Paused condition.
+func VMIPaused(vmi *kubevirtv1.VirtualMachineInstance) bool {
 	for _, c := range vmi.Status.Conditions {
 		if c.Type == kubevirtv1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
 			return true

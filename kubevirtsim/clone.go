@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clonev1 "kubevirt.io/api/clone/v1beta1"
@@ -331,14 +330,7 @@ func (cl *clones) cleanup(ctx context.Context, orig, clone *clonev1.VirtualMachi
 }
 
 func (cl *clones) writeStatus(ctx context.Context, orig, clone *clonev1.VirtualMachineClone) error {
-	if equality.Semantic.DeepEqual(orig.Status, clone.Status) {
-		return nil
-	}
-	_, err := cl.c.kv.CloneV1beta1().VirtualMachineClones(clone.Namespace).UpdateStatus(ctx, clone, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return writeStatusIfChanged(ctx, orig.Status, clone.Status, clone, cl.c.kv.CloneV1beta1().VirtualMachineClones(clone.Namespace).UpdateStatus)
 }
 
 func setCloneCondition(st *clonev1.VirtualMachineCloneStatus, t clonev1.ConditionType, status corev1.ConditionStatus, reason, message string, now time.Time) {

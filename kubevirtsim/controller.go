@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -335,6 +336,19 @@ func (c *Controller) guestExit(ctx context.Context, ns, name string, phase virtv
 		_, err = c.kv.KubevirtV1().VirtualMachineInstances(ns).Update(ctx, vmi, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// writeStatusIfChanged writes obj's status through update unless status
+// equals origStatus (semantically); an object deleted meanwhile is no error.
+func writeStatusIfChanged[T any](ctx context.Context, origStatus, status any, obj T, update func(context.Context, T, metav1.UpdateOptions) (T, error)) error {
+	if equality.Semantic.DeepEqual(origStatus, status) {
+		return nil
+	}
+	_, err := update(ctx, obj, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 func minPositive(a, b time.Duration) time.Duration {

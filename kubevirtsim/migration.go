@@ -316,14 +316,7 @@ func (m *migrations) updateVMI(ctx context.Context, vmi *virtv1.VirtualMachineIn
 }
 
 func (m *migrations) writeStatus(ctx context.Context, orig, mig *virtv1.VirtualMachineInstanceMigration) error {
-	if equality.Semantic.DeepEqual(orig.Status, mig.Status) {
-		return nil
-	}
-	_, err := m.c.kv.KubevirtV1().VirtualMachineInstanceMigrations(mig.Namespace).UpdateStatus(ctx, mig, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return writeStatusIfChanged(ctx, orig.Status, mig.Status, mig, m.c.kv.KubevirtV1().VirtualMachineInstanceMigrations(mig.Namespace).UpdateStatus)
 }
 
 // release removes KubeVirt's finalizer from an ended or deleted migration.

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -672,14 +671,7 @@ func patchVM(vm *virtv1.VirtualMachine, patches []string) (*virtv1.VirtualMachin
 }
 
 func (r *restores) writeStatus(ctx context.Context, orig, rs *snapshotv1.VirtualMachineRestore) error {
-	if equality.Semantic.DeepEqual(orig.Status, rs.Status) {
-		return nil
-	}
-	_, err := r.c.kv.SnapshotV1beta1().VirtualMachineRestores(rs.Namespace).UpdateStatus(ctx, rs, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return writeStatusIfChanged(ctx, orig.Status, rs.Status, rs, r.c.kv.SnapshotV1beta1().VirtualMachineRestores(rs.Namespace).UpdateStatus)
 }
 
 // setRestoreCondition is setSnapshotCondition with a message.

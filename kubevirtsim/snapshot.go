@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -505,14 +504,7 @@ func (s *snapshots) syncContent(ctx context.Context, key string) (time.Duration,
 }
 
 func (s *snapshots) writeSnapshotStatus(ctx context.Context, orig, snap *snapshotv1.VirtualMachineSnapshot) error {
-	if equality.Semantic.DeepEqual(orig.Status, snap.Status) {
-		return nil
-	}
-	_, err := s.c.kv.SnapshotV1beta1().VirtualMachineSnapshots(snap.Namespace).UpdateStatus(ctx, snap, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return writeStatusIfChanged(ctx, orig.Status, snap.Status, snap, s.c.kv.SnapshotV1beta1().VirtualMachineSnapshots(snap.Namespace).UpdateStatus)
 }
 
 // snapshotWriteErr maps a failed test-guarded patch to a conflict (retry)
