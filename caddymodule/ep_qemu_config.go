@@ -112,7 +112,7 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 		}
 		switch {
 		case on && !g.Template():
-			if running(g) {
+			if g.State().Running() {
 				return g, newError(http.StatusInternalServerError, "you can't convert a VM to template if VM is running")
 			}
 			makeTemplate = true
@@ -484,7 +484,7 @@ func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if running(g) {
+	if g.State().Running() {
 		return nil, newError(http.StatusInternalServerError, "you can't convert a VM to template if VM is running")
 	}
 	if g.Template() {
