@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -97,7 +96,7 @@ func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
 	f := guestFacts{cfg: translate.StoredConfig(g.VM), state: g.State()}
 	// A lock recorded at create or clone holds while the volumes are
 	// provisioned, then lifts by itself.
-	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && provisioning(g.VM) {
+	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM) {
 		f.state.Lock = l
 	}
 	sockets, cores := translate.CPUTopology(g.VM)
@@ -264,16 +263,6 @@ func nodeResource(n nodeRow) resourceRow {
 		ID: n.ID, Type: "node", Node: n.Node, Status: n.Status, Uptime: n.Uptime, CPU: n.CPU,
 		MaxCPU: int(n.MaxCPU), Mem: n.Mem, MaxMem: n.MaxMem, Disk: n.Disk, MaxDisk: n.MaxDisk, Level: &level,
 	}
-}
-
-func provisioning(vm *kubevirtv1.VirtualMachine) bool {
-	switch vm.Status.PrintableStatus {
-	case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding:
-		return true
-	case "":
-		return len(vm.Spec.DataVolumeTemplates) > 0 && !vm.Status.Created
-	}
-	return false
 }
 
 func usageOfGuest(c *kube.Cluster, g kube.Guest) (kube.Usage, bool) {
