@@ -249,235 +249,34 @@ func applyConfig(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 	applyConfigChange(vm, req, cfg, errs, &diskChange{})
 }
 
+// applyConfigChange maps a config as it will be after the call (cfg: the
+// stored config with the call's keys set and its deletes removed) onto
+// vm's template, and stores cfg, normalised the way PVE prints it, in the
+// config annotation. PVE checks every key of a call before it writes any
+// and reports all bad keys at once, so every piece runs and records its
+// errors in errs; the caller discards vm when errs is not empty. Each piece
+// owns a few keys and the fields they map onto (see vmhardware.go),
+// resetting those so that a deleted key clears its field; fields no PVE
+// key owns (the firmware UUID, devices under other names) are left alone.
+// chg carries the volumes an update deletes for good (none on create).
 func applyConfigChange(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, errs map[string]string, chg *diskChange) {
 	if vm.Annotations == nil {
 		vm.Annotations = map[string]string{} // made with kubectl: none yet
 	}
-	intIn := func(key string, def, lo, hi int) int {
-		v, ok := cfg[key]
-		if !ok {
-			return def
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		switch {
-		case err != nil:
-			errs[key] = fmt.Sprintf("type check ('integer') failed - got '%s'", v)
-		case n < lo:
-			errs[key] = fmt.Sprintf("value must have a minimum value of %d", lo)
-		case n > hi:
-			errs[key] = fmt.Sprintf("value may not exceed %d", hi)
-		default:
-			cfg[key] = strconv.Itoa(n)
-			return n
-		}
-		return def
-	}
-	for _, k := range boolKeys {
-		v, ok := cfg[k]
-		if !ok {
-			continue
-		}
-		switch strings.ToLower(v) {
-		case "1", "yes", "on", "true":
-			cfg[k] = "1"
-		case "0", "no", "off", "false":
-			cfg[k] = "0"
-		default:
-			errs[k] = fmt.Sprintf("type check ('boolean') failed - got '%s'", v)
-		}
-	}
-	name := cfg["name"]
-	if name != "" && (!dnsNameRE.MatchString(name) || len(name) > 253) {
-		errs["name"] = "invalid format - value does not look like a valid DNS name"
-	}
-	sockets := intIn("sockets", 1, 1, 4096)
-	cores := intIn("cores", 1, 1, 1024)
-	memMiB := int64(512)
-	if v, ok := cfg["memory"]; ok {
-		m, err := ParseMemoryMiB(v)
-		if err != nil {
-			errs["memory"] = err.Error()
-		} else {
-			memMiB = m
-			cfg["memory"] = strconv.FormatInt(m, 10)
-		}
-	}
-	balloon := intIn("balloon", -1, 0, 4194304)
-	if balloon > 0 && int64(balloon) > memMiB {
-		errs["balloon"] = "balloon value too large (must be smaller than assigned memory)"
-	}
-	if v, ok := cfg["tags"]; ok {
-		tags, err := ParseTags(v)
-		if err != nil {
-			errs["tags"] = err.Error()
-		} else {
-			cfg["tags"] = FormatTags(tags)
-		}
-	}
-	if v, ok := cfg["description"]; ok && len(v) > 8192 {
-		errs["description"] = "value may only be 8192 characters long"
-	}
-	if b := cfg["bios"]; b != "" && b != "seabios" && b != "ovmf" {
-		errs["bios"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'seabios, ovmf'", b)
-	}
-	if a, ok := cfg["agent"]; ok {
-		if !AgentEnabled(a) && !strings.HasPrefix(a, "0") && !strings.HasPrefix(a, "enabled=0") {
-			errs["agent"] = fmt.Sprintf("invalid format - value '%s' is not a valid agent setting", a)
-		}
-		// PVE prints property strings without the name of the default key:
-		// "enabled=1,type=virtio" reads back as "1,type=virtio" (Telmate
-		// looks at the first character only).
-		cfg["agent"] = dropDefaultKey(a, "enabled")
-	}
-	if c, ok := cfg["cpu"]; ok {
-		cfg["cpu"] = dropDefaultKey(c, "cputype")
-	}
-
-	spec := &vm.Spec.Template.Spec
-	d := &spec.Domain
-	if d.CPU == nil {
-		d.CPU = &kubevirtv1.CPU{}
-	}
-	d.CPU.Sockets, d.CPU.Cores, d.CPU.Threads = uint32(sockets), uint32(cores), 1
-	d.CPU.Model = ""
-	if cpu := cfg["cpu"]; cpu != "" {
-		model := strings.TrimPrefix(strings.SplitN(cpu, ",", 2)[0], "cputype=")
-		if model == "host" {
-			d.CPU.Model = kubevirtv1.CPUModeHostPassthrough
-		}
-	}
-	if d.Memory == nil {
-		d.Memory = &kubevirtv1.Memory{}
-	}
-	q := MiBToQuantity(memMiB)
-	d.Memory.Guest = &q
-	d.Devices.AutoattachMemBalloon = nil
-	delete(d.Resources.Requests, corev1.ResourceMemory)
-	switch {
-	case balloon == 0:
-		off := false
-		d.Devices.AutoattachMemBalloon = &off
-	case balloon > 0:
-		if d.Resources.Requests == nil {
-			d.Resources.Requests = corev1.ResourceList{}
-		}
-		d.Resources.Requests[corev1.ResourceMemory] = MiBToQuantity(int64(balloon))
-	}
-	d.Machine = nil
-	if m := cfg["machine"]; m != "" {
-		// KubeVirt allows only q35 machine types by default; PVE's "pc"
-		// (i440fx) runs as q35, and the config keeps what the client sent.
-		typ := "q35"
-		if strings.Contains(m, "q35") {
-			typ = strings.TrimSuffix(m, "+pve0")
-		}
-		d.Machine = &kubevirtv1.Machine{Type: typ}
-	}
-	if d.Firmware == nil {
-		d.Firmware = &kubevirtv1.Firmware{}
-	}
-	d.Devices.TPM = nil
-	d.Features = nil
-	if cfg["bios"] == "ovmf" {
-		// efidisk0 keeps the EFI variables (KubeVirt's persistent EFI state);
-		// pre-enrolled-keys=1 is Secure Boot, which needs SMM.
-		sb := false
-		efi := &kubevirtv1.EFI{SecureBoot: &sb}
-		if v, ok := cfg["efidisk0"]; ok {
-			dr, err := parseDrive(v)
-			if err != nil {
-				errs["efidisk0"] = err.Error()
-			} else {
-				persistent := true
-				efi.Persistent = &persistent
-				// A boolean option is stored as PVE prints it: 1 or 0.
-				keys, err := parseBoolOption("pre-enrolled-keys", dr.opts)
-				if err != nil {
-					errs["efidisk0"] = "invalid format - " + err.Error()
-				} else if keys != nil {
-					dr.opts["pre-enrolled-keys"] = boolDigit(*keys)
-				}
-				if keys != nil && *keys {
-					on := true
-					efi.SecureBoot = &on
-					d.Features = &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{Enabled: &on}}
-				}
-				storage := strings.SplitN(dr.file, ":", 2)[0]
-				dr.file = storage + ":" + fmt.Sprintf("vm-%d-efidisk", req.VMID)
-				dr.set("size", "4M")
-				cfg["efidisk0"] = dr.String()
-			}
-		}
-		d.Firmware.Bootloader = &kubevirtv1.Bootloader{EFI: efi}
-	} else {
-		d.Firmware.Bootloader = nil
-		if _, ok := cfg["efidisk0"]; ok {
-			errs["efidisk0"] = "an EFI disk needs bios=ovmf"
-		}
-	}
-	if v, ok := cfg["tpmstate0"]; ok {
-		dr, err := parseDrive(v)
-		if err != nil {
-			errs["tpmstate0"] = err.Error()
-		} else {
-			persistent := true
-			d.Devices.TPM = &kubevirtv1.TPMDevice{Persistent: &persistent}
-			storage := strings.SplitN(dr.file, ":", 2)[0]
-			dr.file = storage + ":" + fmt.Sprintf("vm-%d-tpmstate", req.VMID)
-			if dr.opts["version"] == "" {
-				dr.set("version", "v2.0")
-			}
-			dr.set("size", "4M")
-			cfg["tpmstate0"] = dr.String()
-		}
-	}
-	spec.Hostname = ""
-	if name != "" && dnsNameRE.MatchString(name) && !strings.Contains(name, ".") && len(name) <= 63 {
-		spec.Hostname = strings.ToLower(name)
-	}
-	if name != "" {
-		vm.Annotations[AnnotationName] = name
-	} else {
-		delete(vm.Annotations, AnnotationName)
-	}
-
-	bootOrder := map[string]uint{}
-	if b := cfg["boot"]; strings.HasPrefix(b, "order=") {
-		for i, dev := range strings.Split(strings.TrimPrefix(b, "order="), ";") {
-			if dev = strings.TrimSpace(dev); dev != "" {
-				bootOrder[dev] = uint(i + 1)
-			}
-		}
-	}
-	for k, v := range cfg {
-		if strings.HasPrefix(k, "ipconfig") {
-			c, err := ParseIPConfig(v)
-			if err != nil {
-				errs[k] = err.Error()
-				continue
-			}
-			cfg[k] = c.String()
-		}
-	}
-	if v, ok := cfg["sshkeys"]; ok {
-		if _, err := SSHKeys(v); err != nil {
-			errs["sshkeys"] = err.Error()
-		}
-	}
-	if t := cfg["citype"]; t != "" && t != "nocloud" && t != "configdrive2" {
-		errs["citype"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'configdrive2, nocloud, opennebula'", t)
-	}
-	applyNets(vm, req, cfg, bootOrder, errs)
-	applyDrives(vm, req, cfg, bootOrder, errs, chg)
-	delete(cfg, "template")
-	if vm.Labels[LabelTemplate] == "true" {
-		cfg["template"] = "1"
-	}
-	if v := cfg["cipassword"]; v != "" {
-		// The password itself lives in the cloud-init Secret only.
-		cfg["cipassword"] = MaskedPassword
-	}
-	vm.Annotations[AnnotationConfig] = EncodeConfig(cfg)
+	normalizeBools(cfg, errs)
+	checkOptions(cfg, errs)
+	d := &vm.Spec.Template.Spec.Domain
+	applyCPU(d, cfg, errs)
+	applyMemory(d, cfg, errs)
+	applyMachine(d, cfg)
+	applyFirmware(d, req.VMID, cfg, errs)
+	applyTPM(d, req.VMID, cfg, errs)
+	applyName(vm, cfg, errs)
+	checkCloudInit(cfg, errs)
+	boot := bootOrder(cfg)
+	applyNets(vm, req, cfg, boot, errs)
+	applyDrives(vm, req, cfg, boot, errs, chg)
+	storeConfig(vm, cfg)
 }
 
 // MaskedPassword is how PVE shows cipassword.
