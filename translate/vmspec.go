@@ -92,6 +92,20 @@ func KubeName(pveName string, vmid int) string {
 	return n
 }
 
+// freeKubeName is the VM object name for a PVE name that taken (if set)
+// does not report in use: KubeName, else KubeName with the vmid appended,
+// else pve-<vmid>.
+func freeKubeName(pveName string, vmid int, taken func(string) bool) string {
+	kname := KubeName(pveName, vmid)
+	if taken != nil && taken(kname) {
+		kname = KubeName(kname+"-"+strconv.Itoa(vmid), vmid)
+		if taken(kname) {
+			kname = "pve-" + strconv.Itoa(vmid)
+		}
+	}
+	return kname
+}
+
 // ISOClaimName is the PVC that holds the ISO image a PVE volume id like
 // "local:iso/debian-12.iso" names: the file name made a DNS label, in the
 // VM's namespace (PVE ISO storages are shared; here each namespace keeps
@@ -121,14 +135,7 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 		}
 		cfg[k] = v
 	}
-	name := cfg["name"]
-	kname := KubeName(name, req.VMID)
-	if req.NameTaken != nil && req.NameTaken(kname) {
-		kname = KubeName(kname+"-"+strconv.Itoa(req.VMID), req.VMID)
-		if req.NameTaken(kname) {
-			kname = "pve-" + strconv.Itoa(req.VMID)
-		}
-	}
+	kname := freeKubeName(cfg["name"], req.VMID, req.NameTaken)
 	rs := kubevirtv1.RunStrategyManual
 	vm := &kubevirtv1.VirtualMachine{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
