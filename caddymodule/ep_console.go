@@ -94,7 +94,7 @@ func (h *APIHandler) postQemuTermProxy(q *request) (any, *apiError) {
 
 // consoleRefusal checks that g can serve a console of kind now.
 func consoleRefusal(g kube.Guest, kind string) *apiError {
-	if !running(g) || g.VMI == nil {
+	if !g.State().Running() || g.VMI == nil {
 		return notRunning(g)
 	}
 	dev := g.VMI.Spec.Domain.Devices

@@ -198,10 +198,6 @@ func kubeError(err error) *apiError {
 	return newError(http.StatusInternalServerError, "%v", err)
 }
 
-func running(g kube.Guest) bool {
-	return guestState(g).Status == "running"
-}
-
 func notRunning(g kube.Guest) *apiError {
 	return newError(http.StatusInternalServerError, "VM %d not running", g.VMID)
 }
@@ -229,7 +225,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 				return errors.New("you can't start a vm if it's a template")
 			})
 		}
-		if running(g) {
+		if g.State().Running() {
 			return h.begin(q, g, translate.TaskStart, kube.GoalRunning, to, line, func(context.Context) error {
 				return fmt.Errorf("VM %d already running", vmid)
 			})
@@ -241,7 +237,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 			return nil, e
 		}
 		line := fmt.Sprintf("stopping VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
-		if !running(g) && g.VMI == nil {
+		if !g.State().Running() && g.VMI == nil {
 			return h.begin(q, g, translate.TaskStop, kube.GoalStopped, to, line, nil)
 		}
 		zero := int64(0)
@@ -260,7 +256,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		// As on PVE, shutting down a stopped VM is a task that ends OK
 		// (Terraform shuts down right after reading the status, racing
 		// a guest that powers off by itself).
-		if !running(g) && g.VMI == nil {
+		if !g.State().Running() && g.VMI == nil {
 			return h.begin(q, g, translate.TaskShutdown, kube.GoalStopped, deadline, line, nil)
 		}
 		var grace *int64
@@ -270,7 +266,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		}
 		// A paused guest cannot react to ACPI: PVE refuses, or stops it
 		// with forceStop.
-		if guestState(g).QMPStatus == translate.QMPPaused {
+		if g.State().QMPStatus == translate.QMPPaused {
 			if !forceStop {
 				return nil, newError(http.StatusInternalServerError, "VM is paused - cannot shutdown")
 			}
@@ -283,13 +279,13 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		if e != nil {
 			return nil, e
 		}
-		if !running(g) {
+		if !g.State().Running() {
 			return nil, notRunning(g)
 		}
 		line := fmt.Sprintf("rebooting VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
 		return h.begin(q, g, translate.TaskReboot, kube.GoalRestarted, to, line, func(ctx context.Context) error { return c.RestartVM(ctx, g) })
 	case "reset":
-		if !running(g) {
+		if !g.State().Running() {
 			return nil, notRunning(g)
 		}
 		if err := c.ResetVM(q.ctx(), g); err != nil {
@@ -304,7 +300,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		if todisk {
 			return nil, newError(http.StatusNotImplemented, "suspend to disk (hibernate) is not supported: KubeVirt cannot save a VM's RAM state")
 		}
-		if !running(g) {
+		if !g.State().Running() {
 			return nil, notRunning(g)
 		}
 		if err := c.PauseVM(q.ctx(), g); err != nil {

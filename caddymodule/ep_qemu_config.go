@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -112,7 +110,7 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 		}
 		switch {
 		case on && !g.Template():
-			if running(g) {
+			if g.State().Running() {
 				return g, newError(http.StatusInternalServerError, "you can't convert a VM to template if VM is running")
 			}
 			makeTemplate = true
@@ -150,7 +148,7 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 			return nil, e
 		}
 		if makeTemplate {
-			markTemplate(want)
+			translate.MarkTemplate(want)
 		}
 		destroy = u.Destroy
 		return want, nil
@@ -415,14 +413,21 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	var cur, newSize int64
 	var claim string
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
-		want, size, target, name, e := resizedVM(g, disk, delta, bytes)
-		if e == nil && q.c.CachedPVC(g.Namespace(), name) != nil {
-			if sc := dvStorageClass(want, name); sc != "" && !q.c.StorageClassExpands(sc) {
+		r, err := translate.ResizeDisk(g.VM, disk, delta, bytes)
+		switch {
+		case errors.Is(err, translate.ErrShrinkDisk):
+			// qemu-server dies here: a 500, not a parameter error.
+			return nil, newError(http.StatusInternalServerError, "%v", err)
+		case err != nil:
+			return nil, paramErr("disk", "%v", err)
+		}
+		if q.c.CachedPVC(g.Namespace(), r.Claim) != nil {
+			if sc := r.StorageClass; sc != "" && !q.c.StorageClassExpands(sc) {
 				return nil, paramErr("disk", "storage '%s' cannot grow volumes (its StorageClass does not allow volume expansion)", sc)
 			}
 		}
-		cur, newSize, claim = size, target, name
-		return want, e
+		cur, newSize, claim = r.From, r.To, r.Claim
+		return r.VM, nil
 	}, translate.AnnotationConfig)
 	if e != nil {
 		return nil, e
@@ -438,45 +443,6 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	})
 }
 
-// resizedVM returns the VM with disk's DataVolume template grown, the
-// disk's current size and its new size (whole MiB, as the claim gets it).
-func resizedVM(g kube.Guest, disk string, delta bool, bytes int64) (vm *kubevirtv1.VirtualMachine, cur, target int64, claim string, e *apiError) {
-	for _, v := range g.VM.Spec.Template.Spec.Volumes {
-		if v.Name == disk && v.DataVolume != nil {
-			claim = v.DataVolume.Name
-		}
-	}
-	if claim == "" {
-		return nil, 0, 0, "", paramErr("disk", "disk '%s' does not exist or is not a resizable disk", disk)
-	}
-	want := g.VM.DeepCopy()
-	for i := range want.Spec.DataVolumeTemplates {
-		dv := &want.Spec.DataVolumeTemplates[i]
-		if dv.Name != claim || dv.Spec.Storage == nil {
-			continue
-		}
-		q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
-		cur = q.Value()
-		target = bytes
-		if delta {
-			target = cur + bytes
-		}
-		if target < cur {
-			// qemu-server dies here: a 500, not a parameter error.
-			return nil, 0, 0, "", newError(http.StatusInternalServerError, "shrinking disks is not supported")
-		}
-		target = (target + (1<<20 - 1)) &^ (1<<20 - 1)
-		dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(target, resource.BinarySI)
-		cfg := translate.StoredConfig(want)
-		if v, ok := cfg[disk]; ok {
-			cfg[disk] = replaceSize(v, translate.FormatSize(target))
-			want.Annotations[translate.AnnotationConfig] = translate.EncodeConfig(cfg)
-		}
-		return want, cur, target, claim, nil
-	}
-	return nil, 0, 0, "", paramErr("disk", "disk '%s' has no resizable volume", disk)
-}
-
 // postQemuTemplate turns a stopped VM into a template: labelled, Halted,
 // refused to start.
 func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
@@ -484,7 +450,7 @@ func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if running(g) {
+	if g.State().Running() {
 		return nil, newError(http.StatusInternalServerError, "you can't convert a VM to template if VM is running")
 	}
 	if g.Template() {
@@ -495,50 +461,11 @@ func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 	}
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
 		want := g.VM.DeepCopy()
-		markTemplate(want)
+		translate.MarkTemplate(want)
 		return want, nil
 	}, translate.AnnotationConfig)
 	if e != nil {
 		return nil, e
 	}
 	return h.begin(q, g, translate.TaskTemplate, kube.GoalNone, time.Minute, fmt.Sprintf("convert VM %d to a template", g.VMID), nil)
-}
-
-// replaceSize sets the size= option of a drive string.
-func replaceSize(drive, size string) string {
-	parts := strings.Split(drive, ",")
-	out := parts[:0]
-	for _, p := range parts {
-		if !strings.HasPrefix(p, "size=") {
-			out = append(out, p)
-		}
-	}
-	return strings.Join(append(out, "size="+size), ",")
-}
-
-// markTemplate makes vm a PVE template: labelled, Halted (KubeVirt never
-// starts it), template=1 in its config.
-func markTemplate(vm *kubevirtv1.VirtualMachine) {
-	if vm.Labels == nil {
-		vm.Labels = map[string]string{}
-	}
-	vm.Labels[translate.LabelTemplate] = "true"
-	halted := kubevirtv1.RunStrategyHalted
-	vm.Spec.RunStrategy = &halted
-	cfg := translate.StoredConfig(vm)
-	cfg["template"] = "1"
-	if vm.Annotations == nil {
-		vm.Annotations = map[string]string{}
-	}
-	vm.Annotations[translate.AnnotationConfig] = translate.EncodeConfig(cfg)
-}
-
-// dvStorageClass is the StorageClass of the named DataVolume template.
-func dvStorageClass(vm *kubevirtv1.VirtualMachine, name string) string {
-	for _, dv := range vm.Spec.DataVolumeTemplates {
-		if dv.Name == name {
-			return translate.TemplateStorageClass(dv)
-		}
-	}
-	return ""
 }

@@ -105,7 +105,7 @@ func (h *APIHandler) deleteQemu(q *request) (any, *apiError) {
 			return nil, e
 		}
 	}
-	if running(g) {
+	if g.State().Running() {
 		return nil, newError(http.StatusInternalServerError, "VM %d is running - destroy failed", g.VMID)
 	}
 	cfg := translate.StoredConfig(g.VM)

@@ -149,7 +149,7 @@ func (h *APIHandler) postQemuMigrate(q *request) (any, *apiError) {
 	if e := vmLocked(q.c, g); e != nil {
 		return nil, e
 	}
-	live := running(g)
+	live := g.State().Running()
 	if live && !r.online {
 		return nil, newError(http.StatusInternalServerError, "can't migrate running VM without --online")
 	}
@@ -295,7 +295,7 @@ func (h *APIHandler) getQemuMigrate(q *request) (any, *apiError) {
 	if e := vmLocked(q.c, g); e != nil {
 		return nil, e
 	}
-	live := running(g)
+	live := g.State().Running()
 	allowed := []string{}
 	notAllowed := map[string]any{}
 	for _, n := range h.nodes() {

@@ -53,7 +53,7 @@ func (h *APIHandler) getQemuSnapshots(q *request) (any, *apiError) {
 		parent = s.Name
 	}
 	cur := snapshotRow{Name: "current", Description: "You are here!", Parent: parent}
-	if running(g) {
+	if g.State().Running() {
 		cur.Running = 1
 	}
 	return append(out, cur), nil

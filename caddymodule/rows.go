@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -92,28 +91,19 @@ type guestFacts struct {
 	netin, netout, diskread, diskwrite int64
 }
 
-// guestState is a guest's PVE status and QMP status, as factsOf reports
-// them, without the rest of the row (nor the provisioning lock).
-func guestState(g kube.Guest) translate.GuestState {
-	if g.VMI == nil {
-		return translate.VMState(g.VM.Status.PrintableStatus, "", false, false)
-	}
-	return translate.VMState(g.VM.Status.PrintableStatus, g.VMI.Status.Phase, true, kube.VMIPaused(g.VMI))
-}
-
 // factsOf computes a VM row's values; c supplies usage metrics (nil: none).
 func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
-	f := guestFacts{cfg: translate.StoredConfig(g.VM), state: guestState(g)}
+	f := guestFacts{cfg: translate.StoredConfig(g.VM), state: g.State()}
 	// A lock recorded at create or clone holds while the volumes are
 	// provisioned, then lifts by itself.
-	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && provisioning(g.VM) {
+	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM) {
 		f.state.Lock = l
 	}
 	sockets, cores := translate.CPUTopology(g.VM)
 	f.cpus = sockets * cores
 	f.maxmem = translate.MemoryBytes(g.VM)
 	f.maxdisk = maxDisk(g)
-	if f.state.Status == "running" {
+	if f.state.Running() {
 		f.uptime = translate.Uptime(g.VMI, now)
 		if g.VMI != nil {
 			f.pid = translate.PID(g.VMI)
@@ -161,7 +151,7 @@ func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
 	if translate.AgentEnabled(f.cfg["agent"]) {
 		row.Agent = 1
 	}
-	if f.state.Status == "running" {
+	if f.state.Running() {
 		row.RunningMachine = "pc-q35-9.0+pve0"
 		if g.VMI != nil && g.VMI.Spec.Domain.Machine != nil && g.VMI.Spec.Domain.Machine.Type != "" {
 			row.RunningMachine = g.VMI.Spec.Domain.Machine.Type
@@ -273,16 +263,6 @@ func nodeResource(n nodeRow) resourceRow {
 		ID: n.ID, Type: "node", Node: n.Node, Status: n.Status, Uptime: n.Uptime, CPU: n.CPU,
 		MaxCPU: int(n.MaxCPU), Mem: n.Mem, MaxMem: n.MaxMem, Disk: n.Disk, MaxDisk: n.MaxDisk, Level: &level,
 	}
-}
-
-func provisioning(vm *kubevirtv1.VirtualMachine) bool {
-	switch vm.Status.PrintableStatus {
-	case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding:
-		return true
-	case "":
-		return len(vm.Spec.DataVolumeTemplates) > 0 && !vm.Status.Created
-	}
-	return false
 }
 
 func usageOfGuest(c *kube.Cluster, g kube.Guest) (kube.Usage, bool) {

@@ -40,6 +40,11 @@ func (g Guest) PVEName() string {
 // Template tells whether the VM is a PVE template.
 func (g Guest) Template() bool { return g.VM.Labels[translate.LabelTemplate] == "true" }
 
+// State is the guest's PVE status, QMP status and KubeVirt-derived lock
+// (translate.GuestStateOf); locks recorded on the VM are the caller's to
+// overlay.
+func (g Guest) State() translate.GuestState { return translate.GuestStateOf(g.VM, g.VMI) }
+
 // Guests lists every served VM with its vmid, in vmid order.
 func (c *Cluster) Guests() []Guest {
 	t := c.table()

@@ -401,7 +401,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	if o := ts.c.vmis.get(t.namespace, t.name); o != nil {
 		vmi = o.(*kubevirtv1.VirtualMachineInstance)
 	}
-	running := vmi != nil && vmi.Status.Phase == kubevirtv1.Running && vmi.DeletionTimestamp == nil
+	running := translate.VMIRunning(vmi)
 	final := vmi == nil || vmi.IsFinal()
 	switch t.goal {
 	case GoalNone:
@@ -502,7 +502,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vmi != nil && vmi.Status.Phase == kubevirtv1.Failed {
 			return true, "start failed: the VM instance failed" + reason(vm), nil
 		}
-		paused := vmi != nil && VMIPaused(vmi)
+		paused := vmi != nil && translate.VMIPaused(vmi)
 		switch {
 		case t.goal == GoalRunning && running:
 			return true, translate.ExitOK, nil
@@ -551,16 +551,6 @@ func reason(vm *kubevirtv1.VirtualMachine) string {
 		}
 	}
 	return ""
-}
-
-// VMIPaused tells whether an instance has a true Paused condition.
-func VMIPaused(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	for _, c := range vmi.Status.Conditions {
-		if c.Type == kubevirtv1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 func (t *Task) finish(exit string, at time.Time) {
