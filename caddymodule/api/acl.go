@@ -460,38 +460,6 @@ func cloneNamespace(q *request, g kube.Guest) string {
 	return g.Namespace()
 }
 
-// poolOf is the PVE pool of a VM in namespace ns. The namespace a create
-// without pool= falls back to (when no default_pool is configured) holds
-// the VMs that PVE shows in no pool: Terraform's Telmate provider reads a
-// VM's pool from its resource row and otherwise tries to take every VM out
-// of pool "default" on each apply.
-func (h *APIHandler) poolOf(ns string) string {
-	if h.DefaultPool == "" && ns == h.defaultNamespace() {
-		return ""
-	}
-	return ns
-}
-
-// createNamespace is the namespace a new VM goes to: pool=, else the
-// default pool.
-func (h *APIHandler) createNamespace(q *request) string {
-	if pool := q.p["pool"]; pool != "" {
-		return pool
-	}
-	return h.defaultNamespace()
-}
-
-// defaultNamespace is where VMs created without pool= go.
-func (h *APIHandler) defaultNamespace() string {
-	if h.DefaultPool != "" {
-		return h.DefaultPool
-	}
-	if len(h.Namespaces) > 0 {
-		return h.Namespaces[0]
-	}
-	return "default"
-}
-
 // poolNeeds: Pool.Allocate on the pool, as every PVE pool write asks.
 func poolNeeds(h *APIHandler, q *request) []check {
 	id := poolID(q)

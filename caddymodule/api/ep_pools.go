@@ -336,3 +336,35 @@ func (h *APIHandler) deletePool(q *request) (any, *apiError) {
 func notManagedPool(id string) *apiError {
 	return newError(http.StatusInternalServerError, deletePoolFailed+"cannot delete pool '%s': its namespace was not created through this API (no label %s=true); delete it with Kubernetes tools if that is intended", id, translate.LabelPool)
 }
+
+// poolOf is the PVE pool of a VM in namespace ns. The namespace a create
+// without pool= falls back to (when no default_pool is configured) holds
+// the VMs that PVE shows in no pool: Terraform's Telmate provider reads a
+// VM's pool from its resource row and otherwise tries to take every VM out
+// of pool "default" on each apply.
+func (h *APIHandler) poolOf(ns string) string {
+	if h.DefaultPool == "" && ns == h.defaultNamespace() {
+		return ""
+	}
+	return ns
+}
+
+// createNamespace is the namespace a new VM goes to: pool=, else the
+// default pool.
+func (h *APIHandler) createNamespace(q *request) string {
+	if pool := q.p["pool"]; pool != "" {
+		return pool
+	}
+	return h.defaultNamespace()
+}
+
+// defaultNamespace is where VMs created without pool= go.
+func (h *APIHandler) defaultNamespace() string {
+	if h.DefaultPool != "" {
+		return h.DefaultPool
+	}
+	if len(h.Namespaces) > 0 {
+		return h.Namespaces[0]
+	}
+	return "default"
+}
