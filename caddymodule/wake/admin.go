@@ -2,6 +2,7 @@ package wake
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -26,8 +27,11 @@ func init() {
 //	POST /proxmox/guests/<cluster>/<guest>/sleep  stop it now
 //
 // <guest> is the configured vmid or name (or the vmid or name of a
-// guest configured by the other).
-type WakeAdmin struct{}
+// guest configured by the other). It reads the guests of the proxmox app
+// of the running config, as Caddy's admin.api.pki reads its pki app.
+type WakeAdmin struct {
+	app *ProxmoxApp // nil without the proxmox global option
+}
 
 // CaddyModule returns the Caddy module information.
 func (WakeAdmin) CaddyModule() caddy.ModuleInfo {
@@ -37,12 +41,24 @@ func (WakeAdmin) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Routes returns the admin routes.
-func (WakeAdmin) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/proxmox/", Handler: caddy.AdminHandlerFunc(serveWakeAdmin)}}
+// Provision finds the proxmox app; without one there are no guests.
+func (a *WakeAdmin) Provision(ctx caddy.Context) error {
+	app, err := ctx.AppIfConfigured("proxmox")
+	switch {
+	case err == nil:
+		a.app = app.(*ProxmoxApp)
+	case !errors.Is(err, caddy.ErrNotConfigured):
+		return fmt.Errorf("admin.api.proxmox: %w", err)
+	}
+	return nil
 }
 
-func serveWakeAdmin(w http.ResponseWriter, r *http.Request) error {
+// Routes returns the admin routes.
+func (a *WakeAdmin) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/proxmox/", Handler: caddy.AdminHandlerFunc(a.serve)}}
+}
+
+func (a *WakeAdmin) serve(w http.ResponseWriter, r *http.Request) error {
 	parts := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, "/proxmox/"), "/"), "/")
 	if parts[0] != "guests" {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("unknown path %s", r.URL.Path)}
@@ -53,7 +69,7 @@ func serveWakeAdmin(w http.ResponseWriter, r *http.Request) error {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed", r.Method)}
 		}
 		infos := []lxc.Info{}
-		for _, g := range lxc.Guests() {
+		for _, g := range a.app.Guests() {
 			infos = append(infos, g.Info())
 		}
 		sort.Slice(infos, func(i, j int) bool {
@@ -64,7 +80,7 @@ func serveWakeAdmin(w http.ResponseWriter, r *http.Request) error {
 		})
 		return wakeAdminJSON(w, http.StatusOK, infos)
 	case len(parts) == 3 || len(parts) == 4:
-		g := lxc.FindGuest(parts[1], parts[2])
+		g := a.app.FindGuest(parts[1], parts[2])
 		if g == nil {
 			return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no proxmox_wake guest %s/%s", parts[1], parts[2])}
 		}
@@ -112,4 +128,8 @@ func wakeAdminJSON(w http.ResponseWriter, code int, v any) error {
 	return json.NewEncoder(w).Encode(v)
 }
 
-var _ caddy.AdminRouter = WakeAdmin{}
+// Interface guards.
+var (
+	_ caddy.AdminRouter = (*WakeAdmin)(nil)
+	_ caddy.Provisioner = (*WakeAdmin)(nil)
+)

@@ -157,6 +157,33 @@ func (a *ProxmoxApp) Cluster(name string) (*lxc.Cluster, error) {
 	return c, nil
 }
 
+// Guests returns the runtimes of the guests of this app's clusters that
+// a proxmox_wake handler (or a dependency of one) binds; none on a nil
+// app (no proxmox global option).
+func (a *ProxmoxApp) Guests() []*lxc.Guest {
+	if a == nil {
+		return nil
+	}
+	var out []*lxc.Guest
+	for _, c := range a.runtimes {
+		out = append(out, c.Guests()...)
+	}
+	return out
+}
+
+// FindGuest returns the runtime of guest ref (as configured, or its vmid
+// or name) of the named cluster, or nil (always on a nil app).
+func (a *ProxmoxApp) FindGuest(cluster, ref string) *lxc.Guest {
+	if a == nil {
+		return nil
+	}
+	c, ok := a.runtimes[cluster]
+	if !ok {
+		return nil
+	}
+	return c.FindGuest(ref)
+}
+
 // Interface guards.
 var (
 	_ caddy.App          = (*ProxmoxApp)(nil)

@@ -86,7 +86,8 @@ type WakeHandler struct {
 	// details go to the log and the admin API only.
 	ShowDetails bool `json:"show_details,omitempty"`
 
-	cluster, ref string
+	// namedIgnores wait for FinalizeUnmarshalCaddyfile (Caddyfile only).
+	namedIgnores []namedIgnore
 	ignore       caddyhttp.MatcherSets
 	binding      *lxc.Binding
 	guest        *lxc.Guest
@@ -178,18 +179,19 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("proxmox_wake: ignore matchers: %w", err)
 		}
 	}
+	cluster, ref, _ := splitGuest(h.Guest)
 	appIface, err := ctx.AppIfConfigured("proxmox")
 	if err != nil {
 		if errors.Is(err, caddy.ErrNotConfigured) {
-			return fmt.Errorf("proxmox_wake %s: no proxmox global option: add proxmox { cluster %s { ... } }", h.Guest, h.cluster)
+			return fmt.Errorf("proxmox_wake %s: no proxmox global option: add proxmox { cluster %s { ... } }", h.Guest, cluster)
 		}
 		return fmt.Errorf("proxmox_wake: %w", err)
 	}
-	c, err := appIface.(*ProxmoxApp).Cluster(h.cluster)
+	c, err := appIface.(*ProxmoxApp).Cluster(cluster)
 	if err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
-	b, err := lxc.AcquireGuest(c, h.ref, cfg, h.logger)
+	b, err := lxc.AcquireGuest(c, ref, cfg, h.logger)
 	if err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
@@ -197,16 +199,11 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration; it changes nothing.
 func (h *WakeHandler) Validate() error {
-	cluster, ref, ok := strings.Cut(h.Guest, "/")
-	if !ok || cluster == "" {
-		return fmt.Errorf("proxmox_wake: guest %q must be <cluster>/<vmid> or <cluster>/<name>", h.Guest)
-	}
-	if err := lxc.ValidateRef(ref); err != nil {
+	if _, _, err := splitGuest(h.Guest); err != nil {
 		return fmt.Errorf("proxmox_wake: %w", err)
 	}
-	h.cluster, h.ref = cluster, ref
 	switch h.Mode {
 	case "", "auto", "page", "hold":
 	default:
@@ -222,6 +219,18 @@ func (h *WakeHandler) Validate() error {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
 	return nil
+}
+
+// splitGuest splits a guest reference "<cluster>/<vmid|name>".
+func splitGuest(guest string) (cluster, ref string, err error) {
+	cluster, ref, ok := strings.Cut(guest, "/")
+	if !ok || cluster == "" {
+		return "", "", fmt.Errorf("guest %q must be <cluster>/<vmid> or <cluster>/<name>", guest)
+	}
+	if err := lxc.ValidateRef(ref); err != nil {
+		return "", "", err
+	}
+	return cluster, ref, nil
 }
 
 // Cleanup releases this config's binding of the guest. The guest runtime

@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
@@ -32,6 +30,8 @@ type WakeUpstreams struct {
 	// Guest ("<cluster>/<vmid|name>") is used when no proxmox_wake ran
 	// before: the guest is proxied to only while ready, never woken.
 	Guest string `json:"guest,omitempty"`
+
+	app *ProxmoxApp // set when Guest is; nil without the proxmox app
 }
 
 // CaddyModule returns the Caddy module information.
@@ -40,6 +40,22 @@ func (WakeUpstreams) CaddyModule() caddy.ModuleInfo {
 		ID:  "http.reverse_proxy.upstreams.proxmox",
 		New: func() caddy.Module { return new(WakeUpstreams) },
 	}
+}
+
+// Provision finds the proxmox app that holds Guest. Without the app the
+// guest is never ready, and every request gets errNoGuest.
+func (u *WakeUpstreams) Provision(ctx caddy.Context) error {
+	if u.Guest == "" {
+		return nil
+	}
+	app, err := ctx.AppIfConfigured("proxmox")
+	switch {
+	case err == nil:
+		u.app = app.(*ProxmoxApp)
+	case !errors.Is(err, caddy.ErrNotConfigured):
+		return fmt.Errorf("dynamic proxmox: %w", err)
+	}
+	return nil
 }
 
 // errNoGuest tells the user how to fix the config.
@@ -56,7 +72,7 @@ func (u *WakeUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream,
 		}
 	} else if u.Guest != "" {
 		cluster, ref, _ := strings.Cut(u.Guest, "/")
-		if g := lxc.FindGuest(cluster, ref); g != nil {
+		if g := u.app.FindGuest(cluster, ref); g != nil {
 			addr, _ = g.Upstream(u.Port)
 		}
 	}
@@ -66,50 +82,6 @@ func (u *WakeUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream,
 	// A fresh value each time: reverse_proxy fills in the host state of
 	// dynamic upstreams per request, so a shared one would be a data race.
 	return []*reverseproxy.Upstream{{Dial: addr}}, nil
-}
-
-// UnmarshalCaddyfile reads "dynamic proxmox [<cluster>/<guest>] [<port>]"
-// or a block with guest and port.
-func (u *WakeUpstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // "proxmox"
-	for d.NextArg() {
-		if err := u.setArg(d, d.Val()); err != nil {
-			return err
-		}
-	}
-	for d.NextBlock(0) {
-		opt := d.Val()
-		if !d.NextArg() {
-			return d.ArgErr()
-		}
-		switch opt {
-		case "port":
-			if err := u.setArg(d, d.Val()); err != nil {
-				return err
-			}
-		case "guest":
-			u.Guest = d.Val()
-		default:
-			return d.Errf("unknown dynamic proxmox option '%s'", opt)
-		}
-		if d.NextArg() {
-			return d.ArgErr()
-		}
-	}
-	return nil
-}
-
-func (u *WakeUpstreams) setArg(d *caddyfile.Dispenser, v string) error {
-	if strings.Contains(v, "/") {
-		u.Guest = v
-		return nil
-	}
-	p, err := strconv.Atoi(v)
-	if err != nil || p < 1 || p > 65535 {
-		return d.Errf("dynamic proxmox: %q is neither a port nor <cluster>/<guest>", v)
-	}
-	u.Port = p
-	return nil
 }
 
 // Validate checks the guest reference.
@@ -127,6 +99,6 @@ func (u *WakeUpstreams) Validate() error {
 // Interface guards.
 var (
 	_ reverseproxy.UpstreamSource = (*WakeUpstreams)(nil)
+	_ caddy.Provisioner           = (*WakeUpstreams)(nil)
 	_ caddy.Validator             = (*WakeUpstreams)(nil)
-	_ caddyfile.Unmarshaler       = (*WakeUpstreams)(nil)
 )
