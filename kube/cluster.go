@@ -96,6 +96,8 @@ type Cluster struct {
 	access    accessCache
 	cancel    context.CancelFunc
 	done      chan struct{}
+	onStop    func() // ends what Simulate started next to the cluster
+	stopOnce  sync.Once
 	Tasks     *Tasks
 	// ConsoleClaims makes console tickets single-use across replicas.
 	ConsoleClaims *ConsoleClaims
@@ -246,11 +248,14 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the informers and task workers.
+// Stop ends the informers and task workers (and a simulator).
 func (c *Cluster) Stop() {
 	if c.cancel != nil {
 		c.cancel()
 		<-c.done
+	}
+	if c.onStop != nil {
+		c.stopOnce.Do(c.onStop)
 	}
 }
 

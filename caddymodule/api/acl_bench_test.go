@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -15,11 +16,11 @@ import (
 // rows, each checked against the grants: the cost of filtering) and to a
 // PVEVMUser of one pool (few rows); compare them within one run.
 func BenchmarkClusterResourcesByRole(b *testing.B) {
-	be, err := newSimulatedBackend(kube.Options{Logger: zap.NewNop()}, 10000, zap.NewNop())
+	c, err := kube.Simulate(context.Background(), 10000, kube.Options{Logger: zap.NewNop()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer be.stop()
+	defer c.Stop()
 	for _, tc := range []struct {
 		name  string
 		grant []GrantConfig
@@ -28,7 +29,7 @@ func BenchmarkClusterResourcesByRole(b *testing.B) {
 		{"auditor-on-root", []GrantConfig{{Path: "/", Role: "PVEAuditor"}}},
 		{"pool-vm-user", []GrantConfig{{Path: "/pool/lab", Role: "PVEVMUser"}, {Path: "/vms/100", Role: "PVEAuditor"}}},
 	} {
-		h := &APIHandler{ClusterName: "bench", logger: zap.NewNop(), cluster: be.cluster}
+		h := &APIHandler{ClusterName: "bench", logger: zap.NewNop(), cluster: c}
 		h.auth = newAuthenticator([]byte("bench-key"))
 		h.auth.tokens["u@pve!b"] = "s"
 		h.perms, err = newPermissions(false, []IdentityConfig{{ID: "u@pve", Roles: tc.grant}}, "")

@@ -7,20 +7,16 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/caddy-proxmox/caddy-proxmox/internal/wsstream"
-
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	kvcorev1 "kubevirt.io/client-go/kubevirt/typed/core/v1"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/wsstream"
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -270,14 +266,14 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 	}
 	conn, err := up.Upgrade(q.w, q.r, hdr)
 	if err != nil {
-		releaseStream(stream)
+		_ = stream.Close()
 		session.end("websocket upgrade failed: " + err.Error())
 		return nil, errWritten // the upgrader answered
 	}
 	h.logger.Info("console session started", zap.String("user", user), zap.String("vm", g.Namespace()+"/"+g.Name()), zap.String("kind", kind))
 	browser := wsstream.New(conn)
 	if kind == kube.ConsoleVNC {
-		err = stream.Stream(kvcorev1.StreamOptions{In: browser, Out: browser})
+		err = stream.Stream(browser, browser)
 	} else {
 		err = termSession(browser, stream, user, vncticket)
 	}
@@ -306,29 +302,18 @@ func pickSubprotocol(offered []string) string {
 	return ""
 }
 
-// releaseStream ends a stream that will not be used, freeing the helper's
-// connection.
-func releaseStream(s kvcorev1.StreamInterface) {
-	_ = s.Stream(kvcorev1.StreamOptions{In: strings.NewReader(""), Out: io.Discard})
-}
-
 // consoleError answers a failed connection to the console subresource.
 func consoleError(g kube.Guest, err error) *apiError {
 	if errors.Is(err, kube.ErrNoConsole) {
 		return newError(http.StatusNotImplemented, "%v", err)
 	}
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		return newError(http.StatusInternalServerError, "connecting to the console of VM %d failed: %s", g.VMID, se.Status().Message)
+	if msg, ok := kube.StatusMessage(err); ok {
+		return newError(http.StatusInternalServerError, "connecting to the console of VM %d failed: %s", g.VMID, msg)
 	}
-	var ae *kvcorev1.AsyncSubresourceError
-	if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusForbidden {
+	if kube.IsDenied(err) {
 		return kubeDenied(err)
 	}
-	if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusNotFound {
-		// KubeVirt's client words every 404 as "Virtual Machine not found",
-		// but the instance was there a moment ago: more likely virt-api
-		// (subresources.kubevirt.io) is missing.
+	if errors.Is(err, kube.ErrConsoleNotServed) {
 		return newError(http.StatusBadGateway, "connecting to the console of VM %d failed: KubeVirt's virt-api answered 404 (is subresources.kubevirt.io served?)", g.VMID)
 	}
 	return newError(http.StatusInternalServerError, "connecting to the console of VM %d failed: %v", g.VMID, err)
@@ -341,23 +326,23 @@ var errTermLogin = errors.New("termproxy: authentication failed (the login line 
 // "<user>:<ticket>\n", answered "OK"; then input arrives as "0:<len>:<data>",
 // resizes as "1:<cols>:<rows>:" and pings as "2", parsed as a byte stream.
 // Only input reaches the serial line; output passes through raw.
-func termSession(browser *wsstream.Conn, stream kvcorev1.StreamInterface, user, ticket string) error {
+func termSession(browser *wsstream.Conn, stream *kube.Console, user, ticket string) error {
 	br := bufio.NewReader(browser)
 	line, err := readLoginLine(br)
 	if err != nil {
-		releaseStream(stream)
+		_ = stream.Close()
 		return err
 	}
 	u, t, _ := strings.Cut(line, ":")
 	if subtle.ConstantTimeCompare([]byte(u), []byte(user)) != 1 || subtle.ConstantTimeCompare([]byte(t), []byte(ticket)) != 1 {
-		releaseStream(stream)
+		_ = stream.Close()
 		return errTermLogin
 	}
 	if _, err := browser.Write([]byte("OK")); err != nil {
-		releaseStream(stream)
+		_ = stream.Close()
 		return err
 	}
-	return stream.Stream(kvcorev1.StreamOptions{In: &termInput{r: br}, Out: browser})
+	return stream.Stream(&termInput{r: br}, browser)
 }
 
 func readLoginLine(br *bufio.Reader) (string, error) {

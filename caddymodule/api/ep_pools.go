@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -124,7 +123,7 @@ func poolAllowOnly(q *request, allowed ...string) *apiError {
 // when it acts as itself, Kubernetes' words tell the operator which right
 // the plugin's account lacks.
 func (h *APIHandler) poolWriteError(q *request, id string, err error) *apiError {
-	if apierrors.IsForbidden(err) {
+	if kube.IsDenied(err) {
 		if h.perms.impersonate && !h.auth.noAuth {
 			h.logger.Info("kubernetes refused the caller", zap.String("user", q.id.ID()), zap.String("detail", err.Error()))
 			return permErr(check{path: "/pool/" + id, privs: []string{"Pool.Allocate"}})
@@ -157,7 +156,7 @@ func (h *APIHandler) postPool(q *request) (any, *apiError) {
 		return nil, newError(http.StatusInternalServerError, createPoolFailed+"pool name must start with a letter")
 	}
 	if err := q.c.CreatePool(q.ctx(), id, comment); err != nil {
-		if apierrors.IsAlreadyExists(err) {
+		if kube.IsAlreadyExists(err) {
 			return nil, newError(http.StatusInternalServerError, createPoolFailed+"pool '%s' already exists", id)
 		}
 		return nil, h.poolWriteError(q, id, err)
@@ -221,7 +220,7 @@ func (h *APIHandler) putPool(q *request) (any, *apiError) {
 		return nil, newError(http.StatusInternalServerError, updatePoolFailed+"cannot set the comment of pool '%s': comments are kept on the namespace, which this API watches only when it serves all namespaces (no `namespace` option)", id)
 	}
 	if err := q.c.SetPoolComment(q.ctx(), id, comment); err != nil {
-		if apierrors.IsNotFound(err) {
+		if kube.IsNotFound(err) {
 			return nil, newError(http.StatusInternalServerError, updatePoolFailed+"pool '%s' does not exist", id)
 		}
 		return nil, h.poolWriteError(q, id, err)
@@ -324,9 +323,9 @@ func (h *APIHandler) deletePool(q *request) (any, *apiError) {
 		return nil, notManagedPool(id)
 	case errors.Is(err, kube.ErrPoolHoldsTasks):
 		return nil, newError(http.StatusInternalServerError, deletePoolFailed+"cannot delete pool '%s': its namespace holds this API's task records (task_namespace)", id)
-	case apierrors.IsNotFound(err):
+	case kube.IsNotFound(err):
 		return nil, newError(http.StatusInternalServerError, deletePoolFailed+"pool '%s' does not exist", id)
-	case apierrors.IsConflict(err):
+	case kube.IsConflict(err):
 		return nil, newError(http.StatusInternalServerError, deletePoolFailed+"pool '%s' changed while it was being deleted; try again", id)
 	}
 	return nil, h.poolWriteError(q, id, err)

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.uber.org/zap"
-	"net"
 	"net/http"
 	"strconv"
-	"syscall"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"go.uber.org/zap"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -167,9 +164,8 @@ func (h *APIHandler) begin(q *request, g kube.Guest, typ string, goal kube.Goal,
 
 // kubeTaskError turns a Kubernetes error into a task exit status line.
 func kubeTaskError(err error) error {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		return errors.New(se.Status().Message)
+	if msg, ok := kube.StatusMessage(err); ok {
+		return errors.New(msg)
 	}
 	return err
 }
@@ -187,12 +183,11 @@ func kubeError(err error) *apiError {
 	switch {
 	case errors.As(err, &taken):
 		return newError(http.StatusInternalServerError, "%v", taken)
-	case apierrors.IsForbidden(err):
+	case kube.IsDenied(err):
 		return kubeDenied(err)
-	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+	case kube.IsConflict(err), kube.IsAlreadyExists(err):
 		return newError(http.StatusInternalServerError, "%v", err)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
-		apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err), isNetError(err):
+	case kube.IsUnavailable(err):
 		return newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
 	}
 	return newError(http.StatusInternalServerError, "%v", err)
@@ -329,12 +324,4 @@ func powerError(err error) *apiError {
 		return newError(http.StatusNotImplemented, "%v", err)
 	}
 	return kubeError(err)
-}
-
-// isNetError tells a connection failure (apiserver down or unreachable)
-// from an answer.
-func isNetError(err error) bool {
-	var ne net.Error
-	var oe *net.OpError
-	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, syscall.ECONNREFUSED)
 }

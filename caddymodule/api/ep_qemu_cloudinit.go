@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strconv"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -111,7 +109,7 @@ func (h *APIHandler) cloudInitPassword(q *request, g kube.Guest) (string, *apiEr
 	switch {
 	case err == nil && len(s.Data["cipassword"]) > 0:
 		return string(s.Data["cipassword"]), nil
-	case err == nil, apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+	case err == nil, kube.IsNotFound(err), kube.IsDenied(err):
 		return translate.MaskedPassword, nil
 	}
 	return "", kubeError(err)

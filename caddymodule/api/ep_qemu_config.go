@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
@@ -302,7 +301,7 @@ func (h *APIHandler) applyCloudInit(q *request, vmid int, vm *kubevirtv1.Virtual
 	if password == "" && translate.StoredConfig(vm)["cipassword"] != "" {
 		if s, err := q.c.Secret(q.ctx(), vm.Namespace, name); err == nil {
 			password = string(s.Data["cipassword"])
-		} else if !apierrors.IsNotFound(err) {
+		} else if !kube.IsNotFound(err) {
 			return kubeError(err)
 		}
 	}
@@ -431,7 +430,7 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	line := fmt.Sprintf("resize disk %s of VM %d from %s to %s", disk, g.VMID, translate.FormatSize(cur), translate.FormatSize(newSize))
 	return h.begin(q, g, translate.TaskResize, kube.GoalNone, 0, line, func(ctx context.Context) error {
 		err := c.ResizePVC(ctx, g.Namespace(), claim, newSize)
-		if apierrors.IsNotFound(err) {
+		if kube.IsNotFound(err) {
 			return nil // not provisioned yet: the DataVolume is created at the new size
 		}
 		return err

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -139,7 +138,7 @@ func (h *APIHandler) deleteStorageVolume(q *request) (any, *apiError) {
 		}
 		return nil, newError(http.StatusInternalServerError, "volume '%s' is still in use by VM %s (remove the CD-ROM first)", volid, strings.Join(ids, ", "))
 	}
-	if err := q.c.DeleteISO(q.ctx(), pvc); err != nil && !apierrors.IsNotFound(err) {
+	if err := q.c.DeleteISO(q.ctx(), pvc); err != nil && !kube.IsNotFound(err) {
 		return nil, kubeError(err)
 	}
 	h.logger.Info("deleting ISO image", zap.String("volid", volid), zap.String("claim", pvc.Namespace+"/"+pvc.Name), zap.String("user", q.id.ID()))

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -183,7 +181,7 @@ func (h *APIHandler) postDownloadURL(q *request) (any, *apiError) {
 	case errors.As(err, &exists):
 		// PVE's worker checks the file and fails the task.
 		spec.Err = fmt.Errorf("refusing to override existing file '%s'", path)
-	case apierrors.IsForbidden(err):
+	case kube.IsDenied(err):
 		return nil, kubeDenied(err)
 	case err != nil:
 		if ke := kubeError(err); ke.Code == http.StatusServiceUnavailable {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -22,7 +23,7 @@ var (
 // around it, so that each fuzz input costs one in-process call.
 func handlerForFuzz(t testing.TB) *APIHandler {
 	fuzzOnce.Do(func() {
-		b, err := newSimulatedBackend(kube.Options{Logger: zap.NewNop()}, 0, zap.NewNop())
+		c, err := kube.Simulate(context.Background(), 0, kube.Options{Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +39,7 @@ func handlerForFuzz(t testing.TB) *APIHandler {
 		h.perms = perms
 		h.logger = zap.NewNop()
 		h.metrics, _ = newAPIMetrics(nil)
-		h.cluster = b.cluster
+		h.cluster = c
 		h.mux = h.routes()
 		fuzzHandler = h
 	})

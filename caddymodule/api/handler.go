@@ -218,7 +218,7 @@ func (h *APIHandler) Validate() error {
 // Cleanup releases this instance's hold on the shared cluster connection.
 func (h *APIHandler) Cleanup() error {
 	if h.cluster != nil {
-		_, err := clusters.Delete(h.key())
+		_, err := connections.Delete(h.key())
 		return err
 	}
 	return nil
