@@ -19,15 +19,15 @@ const (
 	ConsoleSerial = "console"
 )
 
-// ConsoleDialer opens the websocket of a VMI console subresource (kind is
+// consoleDialer opens the websocket of a VMI console subresource (kind is
 // ConsoleVNC or ConsoleSerial) without a rest.Config: simulated clusters
 // dial their in-process virt-api stand-in with it. The connection must
 // speak virt-api's plain.kubevirt.io protocol (raw bytes in binary frames).
-type ConsoleDialer func(ctx context.Context, ns, name, kind string) (*websocket.Conn, error)
+type consoleDialer func(ctx context.Context, ns, name, kind string) (*websocket.Conn, error)
 
-// SetConsoleDialer sets how a cluster without a RESTConfig opens consoles;
+// setConsoleDialer sets how a cluster without a rest config opens consoles;
 // nil removes it.
-func (c *Cluster) SetConsoleDialer(d ConsoleDialer) {
+func (c *Cluster) setConsoleDialer(d consoleDialer) {
 	if d == nil {
 		c.dialer.Store(nil)
 		return
@@ -61,14 +61,14 @@ func (c *Console) Close() error {
 }
 
 // OpenConsole connects to the VNC or serial console of g's instance
-// through virt-api, as the caller. With a RESTConfig it uses KubeVirt's
+// through virt-api, as the caller. With a rest config it uses KubeVirt's
 // AsyncSubresourceHelper (as virtctl does); otherwise the cluster's
-// ConsoleDialer. Call Stream or Close on the result.
+// consoleDialer. Call Stream or Close on the result.
 func (c *Cluster) OpenConsole(ctx context.Context, g Guest, kind string) (*Console, error) {
 	if kind != ConsoleVNC && kind != ConsoleSerial {
 		return nil, errors.New("unknown console kind " + kind)
 	}
-	if cfg := c.restConfig(ctx); cfg != nil {
+	if cfg := c.as(ctx).cfg; cfg != nil {
 		q := url.Values{}
 		if kind == ConsoleVNC {
 			// PVE semantics: a new console session takes over the display.

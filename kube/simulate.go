@@ -54,10 +54,10 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 	c := New(kc, kv, nil, opts)
 	c.SetVirtAPI(true)
 	consoles := kubevirtsim.NewConsoleServer(kv)
-	c.SetConsoleDialer(consoles.Dial)
+	c.setConsoleDialer(consoles.Dial)
 	stopSim := func() {
 		cancel()
-		c.SetConsoleDialer(nil)
+		c.setConsoleDialer(nil)
 		_ = consoles.Close()
 	}
 	if err := c.Start(ctx); err != nil {

@@ -72,7 +72,8 @@ func (s *Session) UPID() string { return s.upid }
 // ErrNoSuchTask when no such task exists and ErrSessionEnded (wrapped,
 // with the task's exit status) when it has ended or is attached already.
 func (ts *Tasks) AttachSession(ctx context.Context, key string) (*Session, error) {
-	cms := ts.c.Kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace)
+	// Session tasks are task records: the plugin's own (see Begin).
+	cms := ts.c.own.kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace)
 	list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: sessionLabel + "=" + key})
 	if err != nil {
 		return nil, fmt.Errorf("looking up the console task: %w", err)
@@ -181,7 +182,7 @@ func (s *Session) End(ctx context.Context, exit string) {
 func (s *Session) update(change func(*Task) bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cms := s.ts.c.Kube.CoreV1().ConfigMaps(s.ts.c.opts.TaskNamespace)
+	cms := s.ts.c.own.kube.CoreV1().ConfigMaps(s.ts.c.opts.TaskNamespace)
 	for attempt := 0; ; attempt++ {
 		cm, err := cms.Get(ctx, s.name, metav1.GetOptions{})
 		if err != nil {
