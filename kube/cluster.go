@@ -83,6 +83,7 @@ type Cluster struct {
 	mu               sync.Mutex
 	vmidTab          *vmidTable
 	vmidTabGen       uint64
+	nextIDs          idHolds // ids /cluster/nextid handed out lately
 	nodeTab          *nodeTable
 	nodeTabGen       uint64
 

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -94,22 +93,6 @@ func (h *APIHandler) getClusterStatus(q *request) (any, *apiError) {
 	return out, nil
 }
 
-// nextIDs remembers ids handed out by /cluster/nextid for a short while, so
-// that two clients asking at once are not given the same id.
-type nextIDs struct {
-	mu   sync.Mutex
-	held map[int]time.Time
-}
-
-var reservations = &nextIDs{held: map[int]time.Time{}}
-
-const nextIDHold = 30 * time.Second
-
-func (n *nextIDs) reserved(id int) bool {
-	t, ok := n.held[id]
-	return ok && time.Since(t) < nextIDHold
-}
-
 // getNextID returns the lowest free vmid as a JSON string (Telmate and
 // go-proxmox need a string), or checks vmid= and answers 400 when taken.
 func (h *APIHandler) getNextID(q *request) (any, *apiError) {
@@ -125,17 +108,9 @@ func (h *APIHandler) getNextID(q *request) (any, *apiError) {
 		}
 		return strconv.Itoa(id), nil
 	}
-	reservations.mu.Lock()
-	defer reservations.mu.Unlock()
-	for id, t := range reservations.held {
-		if time.Since(t) >= nextIDHold {
-			delete(reservations.held, id)
-		}
-	}
-	id, ok := q.c.NextVMID(translate.MinVMID, reservations.reserved)
+	id, ok := q.c.ReserveNextVMID(translate.MinVMID)
 	if !ok {
 		return nil, newError(http.StatusInternalServerError, "unable to get any free VMID in range [%d, %d]", translate.MinVMID, translate.MaxVMID)
 	}
-	reservations.held[id] = time.Now()
 	return strconv.Itoa(id), nil
 }
