@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strings"
 
@@ -76,7 +75,7 @@ func (c *Cluster) OpenConsole(ctx context.Context, g Guest, kind string) (*Conso
 		}
 		s, err := kvcorev1.AsyncSubresourceHelper(cfg, "virtualmachineinstances", g.Namespace(), g.Name(), kind, q)
 		var ae *kvcorev1.AsyncSubresourceError
-		if errors.As(err, &ae) && ae.GetStatusCode() == http.StatusNotFound {
+		if errors.As(err, &ae) && ae.GetStatusCode() == 404 {
 			return nil, fmt.Errorf("%w: %w", ErrConsoleNotServed, err)
 		}
 		if err != nil {

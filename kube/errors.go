@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
 	"syscall"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,7 +31,7 @@ func IsDenied(err error) bool {
 		return true
 	}
 	var ae *kvcorev1.AsyncSubresourceError
-	return errors.As(err, &ae) && ae.GetStatusCode() == http.StatusForbidden
+	return errors.As(err, &ae) && ae.GetStatusCode() == 403
 }
 
 // IsUnavailable tells whether the cluster did not answer: the call timed
