@@ -34,7 +34,10 @@ type IdentityConfig struct {
 // GrantConfig is one ACL entry: a role on a path such as /, /vms/100,
 // /pool/<namespace>, /storage/<name> or /nodes/<name>.
 type GrantConfig struct {
+	// Path is the PVE ACL path the role applies to, and below it: /,
+	// /vms/<vmid>, /pool/<pool>, /storage/<storage> or /nodes/<node>.
 	Path string `json:"path"`
+	// Role is a PVE built-in role (Administrator, PVEVMAdmin, PVEAuditor...).
 	Role string `json:"role"`
 }
 

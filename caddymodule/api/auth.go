@@ -63,7 +63,7 @@ func subkey(key []byte, purpose string) []byte {
 	return m.Sum(nil)
 }
 
-// authValueRE is pveproxy's extract_auth_value: KEY followed by '=' or ' '.
+// authValue is pveproxy's extract_auth_value: KEY followed by '=' or ' '.
 func authValue(header, key string) (string, bool) {
 	re := authREs[key]
 	m := re.FindStringSubmatch(header)

@@ -95,14 +95,18 @@ type APIHandler struct {
 // TokenConfig is one API token.
 type TokenConfig struct {
 	// ID is user@realm!name.
-	ID     string `json:"id"`
+	ID string `json:"id"`
+	// Secret is the token's secret (a UUID on PVE); placeholders such as
+	// {env.PVE_TOKEN} are expanded. It is never logged.
 	Secret string `json:"secret"`
 }
 
 // UserConfig is one user who can log in with a password.
 type UserConfig struct {
 	// ID is user@realm.
-	ID       string `json:"id"`
+	ID string `json:"id"`
+	// Password is checked by POST /access/ticket; placeholders are
+	// expanded. It is never logged.
 	Password string `json:"password"`
 }
 

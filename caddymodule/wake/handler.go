@@ -45,18 +45,19 @@ type WakeHandler struct {
 	Address string `json:"address,omitempty"`
 	// Port is the service port probed and proxied to (80).
 	Port int `json:"port,omitempty"`
-	// Probe is tcp (default), http or none; ProbePath is the path of the
-	// http probe, which expects a 2xx or 3xx.
-	Probe     string `json:"probe,omitempty"`
+	// Probe is tcp (default), http or none.
+	Probe string `json:"probe,omitempty"`
+	// ProbePath is the path of the http probe, which expects a 2xx or 3xx.
 	ProbePath string `json:"probe_path,omitempty"`
 	// ProbeInterval is the period of readiness probes (100ms).
 	ProbeInterval caddy.Duration `json:"probe_interval,omitempty"`
 	// ReadyAfter is a settle delay after the probe first passes.
 	ReadyAfter caddy.Duration `json:"ready_after,omitempty"`
 	// RetryBackoff is the wait after a failed wake (10s, doubling up to
-	// MaxBackoff, 5m); meanwhile requests get 503 with the reason.
+	// MaxBackoff); meanwhile requests get 503 with the reason.
 	RetryBackoff caddy.Duration `json:"retry_backoff,omitempty"`
-	MaxBackoff   caddy.Duration `json:"max_backoff,omitempty"`
+	// MaxBackoff caps the doubled RetryBackoff (5m).
+	MaxBackoff caddy.Duration `json:"max_backoff,omitempty"`
 	// TaskPollInterval is the period of task and status checks (200ms).
 	TaskPollInterval caddy.Duration `json:"task_poll_interval,omitempty"`
 	// MaxPending caps held requests for this guest; beyond it, 503
