@@ -5,10 +5,9 @@ import (
 	"net/http"
 	"time"
 
-	kubevirtv1 "kubevirt.io/api/core/v1"
-
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // postQemuClone clones a VM (or template) into newid. Disks are CDI

@@ -6,10 +6,9 @@ import (
 	"net/http"
 	"time"
 
-	kubevirtv1 "kubevirt.io/api/core/v1"
-
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // createOnly are POST /nodes/{n}/qemu parameters that steer the call and
