@@ -100,7 +100,7 @@ func (c *Cluster) VMNameTaken(ns, name string) bool { return c.vms.get(ns, name)
 // that lost a race with another writer (KubeVirt updates VMs often). It
 // fails with ErrNotFound when the VM is gone or was replaced by a namesake.
 func (c *Cluster) Refresh(ctx context.Context, g Guest) (Guest, error) {
-	vm, err := c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
+	vm, err := c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && vm.UID != g.VM.UID) {
 		return Guest{}, ErrNotFound
 	}

@@ -169,7 +169,9 @@ func (ts *Tasks) Begin(ctx context.Context, spec TaskSpec) (*Task, error) {
 		t.finish(translate.ExitOK, now)
 	}
 	cm := t.toConfigMap(ts.c.opts.TaskNamespace)
-	if _, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	// Task records are the plugin's own: callers need no rights on the
+	// task namespace, and any replica may finish a task.
+	if _, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("recording task %s: %w", u, err)
 	}
 	// Copy before publishing: once t is in recent, the worker may finish
@@ -289,7 +291,7 @@ func (ts *Tasks) lookup(ctx context.Context, u translate.UPID) *Task {
 		return best
 	}
 	// Another replica may have written it an instant ago.
-	cm, err := ts.c.Kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Get(ctx, name, metav1.GetOptions{})
+	cm, err := ts.c.own.kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -343,7 +345,7 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) {
 	}
 	ts.mu.Unlock()
 	cm := t.toConfigMap(ts.c.opts.TaskNamespace)
-	cur, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{})
+	cur, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{})
 	if err != nil {
 		ts.c.logger.Warn("task record unavailable", zap.String("upid", t.UPID.String()), zap.Error(err))
 		return
@@ -362,7 +364,7 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) {
 		return
 	}
 	cur.Data = cm.Data
-	if _, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+	if _, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
 		ts.c.logger.Warn("finishing task", zap.String("upid", t.UPID.String()), zap.Error(err))
 		return
 	}
@@ -376,7 +378,7 @@ func (ts *Tasks) prune(ctx context.Context, now time.Time) {
 		if t.Running() || now.Sub(t.EndTime) < ts.Retention {
 			continue
 		}
-		err := ts.c.Kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Delete(ctx, t.cmName, metav1.DeleteOptions{})
+		err := ts.c.own.kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Delete(ctx, t.cmName, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			ts.c.logger.Debug("pruning task", zap.String("upid", t.UPID.String()), zap.Error(err))
 			continue

@@ -491,5 +491,20 @@ func FindGuest(cluster, ref string) *Guest {
 	return found
 }
 
+// Guests returns the runtimes of this cluster's guests.
+func (c *Cluster) Guests() []*Guest {
+	var out []*Guest
+	for _, g := range Guests() {
+		if g.clusterName == c.Name() {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// FindGuest returns the runtime of this cluster's guest ref, or of its
+// guest whose vmid or name is ref.
+func (c *Cluster) FindGuest(ref string) *Guest { return FindGuest(c.Name(), ref) }
+
 // WakeTimeout is the ruling config's wake_timeout.
 func (g *Guest) WakeTimeout() time.Duration { return g.current().cfg.WakeTimeout }
