@@ -47,16 +47,30 @@ func FuzzConfigMACs(f *testing.F) {
 	f.Add("name=eth0,ip=10.0.0.5/24,hwaddr=zz", "")
 	f.Add(",,,=,hwaddr=", "e1000=00:00:00:00:00:00:00")
 	f.Fuzz(func(t *testing.T, net0, net1 string) {
-		macs, static := configMACs(map[string]any{"net0": net0, "net1": net1, "net": 7, "netx": "hwaddr=BC:24:11:00:00:02"})
-		for _, m := range macs {
+		nc := parseNetConfig(map[string]any{"net0": net0, "net1": net1, "ipconfig1": net0, "net": 7, "netx": "hwaddr=BC:24:11:00:00:02"})
+		if len(nc.ifaces) != 2 {
+			t.Fatalf("%d interfaces from net0, net1", len(nc.ifaces))
+		}
+		for _, m := range nc.macs() {
 			if _, err := net.ParseMAC(m); err != nil || m != strings.ToLower(m) {
 				t.Fatalf("MAC %q from %q %q", m, net0, net1)
 			}
 		}
-		for _, ip := range static {
-			if net.ParseIP(ip) == nil {
-				t.Fatalf("IP %q from %q %q", ip, net0, net1)
+		for _, ifc := range nc.ifaces {
+			for _, ip := range ifc.static {
+				if !usable(ip) {
+					t.Fatalf("IP %q from %q %q", ip, net0, net1)
+				}
 			}
+		}
+		// Only the config's own interfaces give addresses.
+		if a := pick(nc, []candidate{{mac: "02:42:ac:11:00:01", name: "docker0", ip: "172.17.0.1"}}); a != "" {
+			for _, ifc := range nc.ifaces {
+				if ifc.name == "docker0" || ifc.mac == "02:42:ac:11:00:01" {
+					return
+				}
+			}
+			t.Fatalf("picked %s of an unconfigured interface (%q %q)", a, net0, net1)
 		}
 	})
 }

@@ -47,25 +47,6 @@ func TestParseWindow(t *testing.T) {
 	}
 }
 
-func TestConfigMACs(t *testing.T) {
-	macs, static := configMACs(map[string]any{
-		"net1": "name=eth1,bridge=vmbr1,hwaddr=BC:24:11:00:00:02,ip=10.0.0.5/24,type=veth",
-		"net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp,type=veth",
-		"nets": "x",
-	})
-	if fmt.Sprint(macs) != "[bc:24:11:00:00:01 bc:24:11:00:00:02]" || fmt.Sprint(static) != "[10.0.0.5]" {
-		t.Fatalf("%v %v", macs, static)
-	}
-	macs, _ = configMACs(map[string]any{"net0": "virtio=BC:24:11:AA:BB:CC,bridge=vmbr0,firewall=1"})
-	if fmt.Sprint(macs) != "[bc:24:11:aa:bb:cc]" {
-		t.Fatalf("qemu mac %v", macs)
-	}
-	got := pick([]string{"bc:24:11:00:00:01"}, []candidate{{"aa", "10.1.1.1"}, {"bc:24:11:00:00:01", "fe80::1"}, {"bc:24:11:00:00:01", "10.2.2.2"}})
-	if got != "10.2.2.2" {
-		t.Fatalf("pick %s", got)
-	}
-}
-
 // TestWakeIdleCycle drives a guest through wake, idle stop and a second
 // wake directly, without Caddy.
 func TestWakeIdleCycle(t *testing.T) {
