@@ -167,19 +167,21 @@ func (i lxcIface) candidates() []candidate {
 }
 
 // discoverAddress finds the guest's IP: for LXC, the config's interfaces
-// matched against /interfaces (works with DHCP); for QEMU, against the
-// guest agent's interfaces. Static addresses of the config (LXC ip=,
-// QEMU cloud-init ipconfigN) serve when nothing else answers. An empty
+// matched against /interfaces (works with DHCP), else its static ip=;
+// for QEMU, cloud-init's static ipconfigN, else the guest agent's
+// interfaces. An empty
 // result without error means "not known yet" (the guest is still
 // configuring its network), so the caller retries. A 401/403 is returned
 // as is: the caller ends the wake.
 func discoverAddress(ctx context.Context, c *proxmox.Client, t target, nc netConfig) (string, error) {
 	static := nc.static()
 	if t.kind == "qemu" {
+		// Cloud-init configures the static address itself: no need to
+		// ask the agent (nor to hold its privilege).
+		if static != "" {
+			return static, nil
+		}
 		if !nc.agent {
-			if static != "" {
-				return static, nil
-			}
 			return "", errNoAgent
 		}
 		ifaces, err := c.NodeRef(t.node).VirtualMachineRef(t.vmid).AgentGetNetworkIFaces(ctx)
@@ -187,13 +189,10 @@ func discoverAddress(ctx context.Context, c *proxmox.Client, t target, nc netCon
 		case isPermission(err):
 			return "", err
 		case err != nil && strings.Contains(err.Error(), "No QEMU guest agent configured"):
-			if static != "" {
-				return static, nil
-			}
 			return "", errNoAgent
 		case err != nil:
 			// "QEMU guest agent is not running" while the VM boots.
-			return static, nil
+			return "", nil
 		}
 		var cands []candidate
 		for _, ifc := range ifaces {
@@ -203,10 +202,7 @@ func discoverAddress(ctx context.Context, c *proxmox.Client, t target, nc netCon
 				}
 			}
 		}
-		if a := pick(nc, cands); a != "" {
-			return a, nil
-		}
-		return static, nil
+		return pick(nc, cands), nil
 	}
 	var ifaces []lxcIface
 	if err := c.Get(ctx, t.path("interfaces"), &ifaces); err != nil {

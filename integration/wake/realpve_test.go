@@ -426,13 +426,18 @@ func TestLXCSuspendShutsDown(t *testing.T) {
 	}
 }
 
-// QEMU without a guest agent: the static address from cloud-init's
-// ipconfig0.
+// A cloud-init VM's static address (ipconfig0) serves without a guest
+// agent, and with one without asking it: no agent privilege needed.
 func TestCloudInitAddress(t *testing.T) {
-	e := newEnv(t, pvesim.GuestSpec{VMID: 200, Kind: "qemu", NoAgent: true, CloudInit: true})
-	e.start(e.wakeSite("200", ""))
+	e := newEnv(t, pvesim.GuestSpec{VMID: 200, Kind: "qemu", NoAgent: true, CloudInit: true},
+		pvesim.GuestSpec{VMID: 201, Kind: "qemu", CloudInit: true})
+	e.sim.SetPrivileges("/vms", "VM.Audit", "VM.PowerMgmt")
+	e.start(e.wakeSite("200", ""), e.site("agent.test", "201", "", ""))
 	if a := e.get("/"); a.code != 200 || !strings.Contains(a.body, "hello from") {
 		t.Fatalf("cloud-init VM: %d %s", a.code, a.body)
+	}
+	if a := e.get("/", "Host: agent.test"); a.code != 200 || !strings.Contains(a.body, "hello from") {
+		t.Fatalf("cloud-init VM with an agent: %d %s", a.code, a.body)
 	}
 	if e.sim.CallsMatching("/agent/") != 0 {
 		t.Fatalf("agent asked: %v", e.sim.CallCounts())
