@@ -169,8 +169,6 @@ type stopPlan struct {
 	warn string
 	// force: a failed shutdown is followed by a hard stop.
 	force bool
-	// waitHA: the task only asks HA; the guest stops a little later.
-	waitHA bool
 }
 
 // planStop maps stop_method onto the guest. LXC suspend is PVE's
@@ -181,7 +179,7 @@ type stopPlan struct {
 // an administrator brings it back: an HA-managed container therefore gets
 // HA's hard stop. HA forces VMs itself (PVEVM.pm), so they keep shutdown.
 func planStop(method, kind string, ha bool) stopPlan {
-	p := stopPlan{action: method, waitHA: ha}
+	p := stopPlan{action: method}
 	if kind == "lxc" && method == StopSuspend {
 		p.action = StopShutdown
 		p.warn = "stop_method suspend is PVE's experimental checkpoint for containers (CRIU, not installed by default, and a later start cold-boots): shutting the container down instead"

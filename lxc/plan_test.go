@@ -99,7 +99,7 @@ func TestPlanStop(t *testing.T) {
 		{StopSuspend, "lxc", true, StopStop, false, true},
 	} {
 		p := planStop(c.method, c.kind, c.ha)
-		if p.action != c.action || p.force != c.force || (p.warn != "") != c.warn || p.waitHA != c.ha {
+		if p.action != c.action || p.force != c.force || (p.warn != "") != c.warn {
 			t.Errorf("%s %s ha=%v: %+v", c.method, c.kind, c.ha, p)
 		}
 	}
