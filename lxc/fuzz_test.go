@@ -74,3 +74,34 @@ func FuzzConfigMACs(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNextWakeStep checks the wake's decisions against PVE's rules for
+// any status/current: nothing is posted that PVE or HA would refuse or
+// ignore, and every wait or failure says why.
+func FuzzNextWakeStep(f *testing.F) {
+	f.Add("lxc", "stopped", "", "backup", false, "", false, false)
+	f.Add("qemu", "running", "prelaunch", "backup", false, "", false, false)
+	f.Add("lxc", "stopped", "", "", true, "error", false, false)
+	f.Add("qemu", "stopped", "stopped", "suspended", true, "stopped", true, false)
+	f.Fuzz(func(t *testing.T, kind, status, qmp, lock string, managed bool, hastate string, requested, template bool) {
+		st := guestStatus{Status: status, QMPStatus: qmp, Lock: lock, Template: pveBool(template), HA: haStatus{Managed: pveBool(managed), State: hastate}}
+		s := nextWakeStep(kind, st, requested)
+		posts := s.action == actStart || s.action == actResume
+		switch {
+		case template && s.action != actFail:
+			t.Fatalf("template: %+v", s)
+		case s.action == actStart && status == "running":
+			t.Fatalf("start of a running guest: %+v", s)
+		case s.action == actStart && lock != "" && !startsDespiteLock(kind, lock):
+			t.Fatalf("start under lock %q: %+v", lock, s)
+		case s.action == actResume && lock != "" && lock != "backup":
+			t.Fatalf("resume under lock %q", lock)
+		case posts && managed && hastate != "" && hastate != "stopped" && hastate != "disabled" && hastate != "started":
+			t.Fatalf("request while HA is %s: %+v", hastate, s)
+		case (s.action == actWait || s.action == actFail) && (s.public == "" || s.detail == ""):
+			t.Fatalf("no words: %+v", s)
+		case s.action == actUp && (status != "running" || st.paused()):
+			t.Fatalf("up while %s/%s", status, qmp)
+		}
+	})
+}

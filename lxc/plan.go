@@ -106,6 +106,9 @@ func haWakeStep(st guestStatus, requested bool) (wakeStep, bool) {
 		case requested && !running:
 			return haWait("High availability is starting the guest", state), true
 		}
+	default:
+		// A state this code does not know: HA is at work; ask nothing.
+		return haWait("High availability is busy with the guest", state), true
 	}
 	return wakeStep{}, false
 }

@@ -59,6 +59,7 @@ func TestNextWakeStep(t *testing.T) {
 		{"HA stopped but still running", "lxc", ha(st("running", "", ""), "stopped"), false, actWait, "being stopped"},
 		{"HA stopped VM in prelaunch backup", "qemu", ha(st("running", "prelaunch", "backup"), "stopped"), false, actWait, "Backup"},
 		{"HA-managed VM suspended", "qemu", ha(st("running", "paused", ""), "started"), false, actResume, ""},
+		{"HA state unknown to us", "lxc", ha(st("stopped", "", ""), "queued"), false, actWait, "busy"},
 		{"HA template", "qemu", func() guestStatus { s := ha(st("stopped", "stopped", ""), "stopped"); s.Template = true; return s }(), false, actFail, "template"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
