@@ -81,6 +81,7 @@ type Cluster struct {
 	// rows that come without them: a node whose pvestatd stalled.
 	known     map[int]Resource
 	pollErr   error
+	pollEnd   chan struct{} // closed (and replaced) when a poll ends
 	polled    bool
 	described bool
 	subs      map[*Guest]struct{}
@@ -102,7 +103,7 @@ func AcquireCluster(cfg ClusterConfig, logger *zap.Logger) (*Cluster, error) {
 			cfg: cfg, key: key, logger: logger.With(zap.String("cluster", cfg.Name)),
 			ctx: ctx, cancel: cancel, ready: make(chan struct{}),
 			byVMID: map[int]Resource{}, byName: map[string][]Resource{},
-			known: map[int]Resource{}, subs: map[*Guest]struct{}{},
+			known: map[int]Resource{}, subs: map[*Guest]struct{}{}, pollEnd: make(chan struct{}),
 		}, nil
 	})
 	if err != nil {
@@ -244,9 +245,13 @@ func (c *Cluster) poll() error {
 		c.mu.Lock()
 		first := c.pollErr == nil
 		c.pollErr = err
+		c.endPollLocked()
 		c.mu.Unlock()
 		// Log the first error of a run of failures, not every tick.
-		if first {
+		switch {
+		case first && isPermission(err):
+			c.logger.Error("Proxmox VE refuses the API token: check token_id and token_secret; wakes fail until it is fixed", zap.Error(err))
+		case first:
 			c.logger.Warn("polling /cluster/resources failed; guest states are kept until it recovers", zap.Error(err))
 		}
 		return err
@@ -258,6 +263,7 @@ func (c *Cluster) poll() error {
 	describe := !c.described
 	c.described = true
 	c.byVMID, c.byName, c.known, c.nodes, c.pollErr, c.polled = byVMID, byName, known, nodes, nil, true
+	c.endPollLocked()
 	subs := make([]*Guest, 0, len(c.subs))
 	for g := range c.subs {
 		subs = append(subs, g)
@@ -338,21 +344,41 @@ func (c *Cluster) Refresh(ctx context.Context, ref string) (Resource, error) {
 	return c.Lookup(ref)
 }
 
-// WaitReady waits for the first successful poll.
+// endPollLocked wakes WaitReady callers to look at a poll's outcome.
+func (c *Cluster) endPollLocked() {
+	if c.pollEnd != nil {
+		close(c.pollEnd)
+	}
+	c.pollEnd = make(chan struct{})
+}
+
+// WaitReady waits for the first successful poll. A poll refused for the
+// token (401/403) ends the wait at once: no retry mends that.
 func (c *Cluster) WaitReady(ctx context.Context) error {
-	select {
-	case <-c.ready:
-		return nil
-	case <-ctx.Done():
-		c.mu.RLock()
-		err := c.pollErr
-		c.mu.RUnlock()
-		if err != nil {
-			return fmt.Errorf("cluster %s not reachable: %w", c.cfg.Name, err)
+	for {
+		select {
+		case <-c.ready:
+			return nil
+		default:
 		}
-		return fmt.Errorf("cluster %s not polled yet: %w", c.cfg.Name, ctx.Err())
-	case <-c.ctx.Done():
-		return errors.New("cluster runtime stopped")
+		c.mu.RLock()
+		pollErr, next := c.pollErr, c.pollEnd
+		c.mu.RUnlock()
+		if isPermission(pollErr) {
+			return fmt.Errorf("cluster %s refuses the token: %w", c.cfg.Name, pollErr)
+		}
+		select {
+		case <-c.ready:
+			return nil
+		case <-next:
+		case <-ctx.Done():
+			if pollErr != nil {
+				return fmt.Errorf("cluster %s not reachable: %w", c.cfg.Name, pollErr)
+			}
+			return fmt.Errorf("cluster %s not polled yet: %w", c.cfg.Name, ctx.Err())
+		case <-c.ctx.Done():
+			return errors.New("cluster runtime stopped")
+		}
 	}
 }
 

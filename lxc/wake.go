@@ -260,6 +260,9 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		return deps, fail("The Proxmox cluster is not configured.", errors.New("guest has no cluster"))
 	}
 	if err := c.WaitReady(ctx); err != nil {
+		if isPermission(err) {
+			return deps, g.permissionFailure(err)
+		}
 		return deps, fail("The Proxmox cluster is not reachable.", err)
 	}
 	res, err := c.Lookup(g.ref)

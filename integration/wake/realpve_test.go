@@ -527,3 +527,30 @@ func TestClusterStatusOptional(t *testing.T) {
 		t.Fatalf("wake: %d %s", a.code, a.body)
 	}
 }
+
+// A token PVE refuses (401) fails the wake at once, not after
+// wake_timeout of "cluster not reachable".
+func TestRefusedTokenFailsAtOnce(t *testing.T) {
+	e := newEnv(t, pvesim.GuestSpec{VMID: 100})
+	testcaddy.Start(t, strings.Replace(e.globals(""), e.sim.TokenSecret(), "not-the-secret", 1)+e.wakeSite("100", longHold))
+	began := time.Now()
+	a := e.get("/")
+	if a.code != 503 || !strings.Contains(a.body, "permission") || time.Since(began) > 2*time.Second {
+		t.Fatalf("answer %d after %s: %s", a.code, time.Since(began), a.body)
+	}
+}
+
+// An HA resource in state "ignored" behaves as if not managed by HA
+// (pve-ha-manager PVE/HA/Config.pm): it is started and stopped directly.
+func TestHAIgnoredIsManagedDirectly(t *testing.T) {
+	e := newEnvWith(t, pvesim.Options{HADelay: time.Hour}, pvesim.GuestSpec{VMID: 100, HA: true})
+	e.sim.SetHAState(100, "ignored")
+	e.start(e.wakeSite("100", ""))
+	if a := e.get("/"); a.code != 200 {
+		t.Fatalf("wake: %d %s", a.code, a.body)
+	}
+	waitFor(t, 5*time.Second, "idle stop", func() bool { return e.sim.Status(100) == "stopped" })
+	if e.sim.CallsMatching(":vzstart:") == 0 || e.sim.CallsMatching(":vzshutdown:") == 0 || e.sim.CallsMatching(":ha") != 0 {
+		t.Fatalf("calls %v", e.sim.CallCounts())
+	}
+}
