@@ -75,8 +75,9 @@ type Guest struct {
 	// res is the guest's row in the last poll.
 	res Resource
 	// idleDeferred: an idle stop was put off (a lock, HA busy); the next
-	// poll checks again.
+	// poll checks again. deferredWhy is the reason last logged.
 	idleDeferred bool
+	deferredWhy  string
 	// beforeStop is the state a deferred stop returns to.
 	beforeStop State
 	// warned remembers the one-time warnings given (LXC suspend, HA

@@ -71,16 +71,18 @@ func (g *Guest) idleCheck() {
 		g.mu.Unlock()
 		return
 	}
-	if why := idleBlocker(g.res); why != "" {
+	why := idleBlocker(g.res)
+	if why != "" {
 		// A stop now would be refused (or would hit a backup): the next
-		// poll looks again.
-		if !g.idleDeferred {
+		// poll looks again. Logged once per reason, not per poll.
+		if why != g.deferredWhy {
 			g.logger.Info("idle stop deferred", zap.String("why", why))
 		}
-		g.idleDeferred = true
+		g.deferredWhy, g.idleDeferred = why, true
 		g.mu.Unlock()
 		return
 	}
+	g.deferredWhy = ""
 	done := g.beginStopLocked()
 	g.mu.Unlock()
 	go g.runStop(done, "idle")
