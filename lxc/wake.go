@@ -351,15 +351,23 @@ func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error 
 	client := c.Client()
 	requested := false
 	waitingFor := ""
+	// outOfTime ends a wake whose wake_timeout passed, saying what it
+	// waited for, if anything.
+	outOfTime := func() error {
+		if waitingFor != "" {
+			return &failure{public: waitingFor + "; the service could not be started in time.", err: fmt.Errorf("still waiting (%s): %w", waitingFor, ctx.Err()), waited: true}
+		}
+		return fmt.Errorf("waiting for status running: %w", ctx.Err())
+	}
 	for first := true; ; first = false {
 		if !first && !sleepCtx(ctx, cfg.TaskPollInterval) {
-			if waitingFor != "" {
-				return &failure{public: waitingFor + "; the service could not be started in time.", err: fmt.Errorf("still waiting (%s): %w", waitingFor, ctx.Err()), waited: true}
-			}
-			return fmt.Errorf("waiting for status running: %w", ctx.Err())
+			return outOfTime()
 		}
 		st, t, err := g.statusFollowing(ctx, c)
 		if err != nil {
+			if ctx.Err() != nil {
+				return outOfTime()
+			}
 			if isPermission(err) {
 				return g.permissionFailure(err)
 			}
