@@ -422,17 +422,18 @@ func (c *Cluster) Lookup(ref string) (Resource, error) {
 	return r, nil
 }
 
-// known returns what the last poll says of ref, if the cluster was
-// polled and the ref resolves (templates included).
-func (c *Cluster) lookupPolled(ref string) (Resource, error, bool) {
+// lookupPolled resolves ref against the last poll (templates come with a
+// *templateError); polled is false before the first poll, when nothing is
+// known.
+func (c *Cluster) lookupPolled(ref string) (res Resource, polled bool, err error) {
 	c.mu.RLock()
-	polled := c.polled
+	polled = c.polled
 	c.mu.RUnlock()
 	if !polled {
-		return Resource{}, nil, false
+		return Resource{}, false, nil
 	}
-	r, err := c.Lookup(ref)
-	return r, err, true
+	res, err = c.Lookup(ref)
+	return res, true, err
 }
 
 func (c *Cluster) subscribe(g *Guest) {

@@ -175,8 +175,8 @@ func acquire(c *Cluster, ref string, cfg GuestConfig, explicit bool, logger *zap
 // first poll nothing is known: the wake then refuses the template, and
 // the stop maps suspend to shutdown with a warning.
 func (c *Cluster) checkTarget(ref string, cfg GuestConfig) error {
-	res, err, ok := c.lookupPolled(ref)
-	if !ok {
+	res, polled, err := c.lookupPolled(ref)
+	if !polled {
 		return nil
 	}
 	var te *templateError
