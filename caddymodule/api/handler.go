@@ -32,8 +32,9 @@ type APIHandler struct {
 	// Simulate serves an embedded in-memory KubeVirt cluster instead of a
 	// real one (for trying things out and for tests).
 	Simulate bool `json:"simulate,omitempty"`
-	// SimulateVMs adds this many plain VMs to the simulated cluster, for
-	// load tests and demos at scale.
+	// SimulateVMs adds this many VMs to the simulated cluster (each with a
+	// disk, a NIC and cloud-init; every other one running), for load tests
+	// and demos at scale.
 	SimulateVMs int `json:"simulate_vms,omitempty"`
 	// Kubeconfig is the kubeconfig path; empty means the standard loading
 	// rules ($KUBECONFIG, ~/.kube/config), then the in-cluster config.
