@@ -80,12 +80,15 @@ type Cluster struct {
 	dataVolumes *store
 
 	vmidGen, nodeGen atomic.Uint64
-	mu               sync.Mutex
-	vmidTab          *vmidTable
-	vmidTabGen       uint64
-	nextIDs          idHolds // ids /cluster/nextid handed out lately
-	nodeTab          *nodeTable
-	nodeTabGen       uint64
+	// guestGen counts changes to what Guests shows (VMs, their instances,
+	// the node table); metricsGen counts usage readings published.
+	guestGen, metricsGen atomic.Uint64
+	mu                   sync.Mutex
+	vmidTab              *vmidTable
+	vmidTabGen           uint64
+	nextIDs              idHolds // ids /cluster/nextid handed out lately
+	nodeTab              *nodeTable
+	nodeTabGen           uint64
 
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
@@ -100,6 +103,7 @@ type Cluster struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	onStop    func() // ends what Simulate started next to the cluster
+	memo      sync.Map
 	stopOnce  sync.Once
 	Tasks     *Tasks
 	// ConsoleClaims makes console tickets single-use across replicas.
@@ -151,14 +155,19 @@ func (c *Cluster) Start(ctx context.Context) error {
 		if o == nil || n == nil || o.Labels[translate.LabelVMID] != n.Labels[translate.LabelVMID] {
 			c.vmidGen.Add(1)
 		}
+		c.guestGen.Add(1)
 		c.Tasks.poke()
 	}
-	vmiChanged := func(any, any) { c.Tasks.poke() }
+	vmiChanged := func(any, any) {
+		c.guestGen.Add(1)
+		c.Tasks.poke()
+	}
 	nodeChanged := func(old, new any) {
 		o, _ := old.(*corev1.Node)
 		n, _ := new.(*corev1.Node)
 		if o == nil || n == nil || nodeReady(o) != nodeReady(n) {
 			c.nodeGen.Add(1)
+			c.guestGen.Add(1)
 		}
 	}
 
@@ -280,6 +289,18 @@ func (c *Cluster) allStores() []*store {
 		out = append(out, c.namespaces)
 	}
 	return append(out, c.optional...)
+}
+
+// Memo returns what is kept under key, made by mk on first use. It is for
+// views callers derive from the caches (the API's encoded rows), which
+// then live as long as the caches they follow; key should be a type of
+// the caller's own, as with context values.
+func (c *Cluster) Memo(key any, mk func() any) any {
+	if v, ok := c.memo.Load(key); ok {
+		return v
+	}
+	v, _ := c.memo.LoadOrStore(key, mk())
+	return v
 }
 
 // Logger returns the cluster's logger.

@@ -117,7 +117,7 @@ func (c *Cluster) CreateISO(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.D
 		return nil, err
 	}
 	// Read-your-writes: the download's task finds it at once.
-	c.dataVolumes.put(out)
+	c.dataVolumes.put(out, true)
 	return out, nil
 }
 

@@ -92,7 +92,7 @@ func (c *Cluster) CreateMigration(ctx context.Context, g Guest, target Node) (*k
 	if err != nil {
 		return nil, err
 	}
-	c.migrations.put(out)
+	c.migrations.put(out, true)
 	return out, nil
 }
 

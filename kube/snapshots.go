@@ -121,7 +121,7 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 	}
 	out, err := c.as(ctx).kv.SnapshotV1beta1().VirtualMachineSnapshots(g.Namespace()).Create(ctx, s, metav1.CreateOptions{})
 	if err == nil {
-		c.snapshots.put(out)
+		c.snapshots.put(out, true)
 	}
 	return out, err
 }
