@@ -147,6 +147,8 @@ func (c *Cluster) Start(ctx context.Context) error {
 	go c.health.run(runCtx)
 	c.done = make(chan struct{})
 	ns := c.opts.Namespaces
+	// Tasks wait on VMs and their instances by the VM's namespace/name.
+	vmTasks := c.Tasks.touchBy(ownKey)
 	// The vmid table depends only on which VMs exist and their vmid
 	// labels; status churn must not force a rebuild.
 	vmChanged := func(old, new any) {
@@ -156,11 +158,11 @@ func (c *Cluster) Start(ctx context.Context) error {
 			c.vmidGen.Add(1)
 		}
 		c.guestGen.Add(1)
-		c.Tasks.poke()
+		vmTasks(old, new)
 	}
-	vmiChanged := func(any, any) {
+	vmiChanged := func(old, new any) {
 		c.guestGen.Add(1)
-		c.Tasks.poke()
+		vmTasks(old, new)
 	}
 	nodeChanged := func(old, new any) {
 		o, _ := old.(*corev1.Node)
@@ -233,7 +235,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, c.Tasks.touchBy(c.claimKeys))
 	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
 	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
 		c.optional = append(c.optional, c.migrations)

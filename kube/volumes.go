@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -160,4 +161,24 @@ func (c *Cluster) DeleteVolume(ctx context.Context, ns, name string) error {
 		return nil
 	}
 	return err
+}
+
+// claimKeys names the task subjects a claim's change is about: the claim
+// itself (its deletion), its owners, and the VM that owns it through a
+// DataVolume (whose disks are provisioned once the claims exist).
+func (c *Cluster) claimKeys(obj any) []string {
+	out := ownerKeys(obj)
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return out
+	}
+	for _, r := range pvc.OwnerReferences {
+		if r.Kind != "DataVolume" {
+			continue
+		}
+		if dv := cached[cdiv1.DataVolume](c.dataVolumes, pvc.Namespace, r.Name); dv != nil {
+			out = append(out, ownerKeys(dv)[1:]...)
+		}
+	}
+	return out
 }
