@@ -45,6 +45,11 @@ func paramErr(param, format string, args ...any) *apiError {
 
 // writeData answers {"data": v} plus any extra top-level keys (e.g. total).
 func writeData(w http.ResponseWriter, v any, extra map[string]any) {
+	if e, ok := v.(*encodedBody); ok && extra == nil {
+		writeJSON(w, http.StatusOK, e.bytes())
+		e.release()
+		return
+	}
 	body := map[string]any{"data": v}
 	for k, x := range extra {
 		body[k] = x
