@@ -242,7 +242,12 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cadd
 			writeError(w, r, newError(http.StatusInternalServerError, "internal error (incident %s)", hex.EncodeToString(id)))
 		}
 	}()
-	r2 := r.Clone(r.Context())
+	// Routing rewrites the URL: the request is copied with its URL, and
+	// nothing else is changed, so the rest (headers above all) is shared
+	// rather than cloned on every call.
+	r2 := r.WithContext(r.Context())
+	u := *r.URL
+	r2.URL = &u
 	// Routing works on the escaped path, so that an escaped slash stays
 	// inside its segment: bpg sends volume ids as content/local:iso%2Fx.iso.
 	r2.URL.RawPath = cleanAPIPath(r.URL.EscapedPath())

@@ -34,7 +34,7 @@ func parseParams(r *http.Request) (params, *apiError) {
 	for k, vs := range q {
 		p[k] = strings.Join(vs, "\x00")
 	}
-	if r.Body == nil || r.Body == http.NoBody {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return p, nil
 	}
 	if r.ContentLength > maxBodyBytes {
