@@ -68,7 +68,7 @@ func (h *APIHandler) getQemuList(q *request) (any, *apiError) {
 	body.b = append(body.b, '[')
 	first := true
 	for _, row := range rows {
-		if row.g.Node != n.Name {
+		if row.in.node != n.Name {
 			continue
 		}
 		if !first {

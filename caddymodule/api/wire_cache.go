@@ -55,6 +55,7 @@ type guestRow struct {
 	in    rowInputs
 	g     kube.Guest
 	f     guestFacts // uptime left 0: it is written per answer
+	ns    string     // the VM's namespace, kept here for filtering
 	acl   string     // the VM's ACL path, /vms/<vmid>
 	since time.Time  // running since; zero when uptime is 0
 
@@ -99,7 +100,7 @@ func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 }
 
 func buildRow(g kube.Guest, in rowInputs) *guestRow {
-	row := &guestRow{in: in, g: g, acl: "/vms/" + strconv.Itoa(g.VMID)}
+	row := &guestRow{in: in, g: g, ns: g.Namespace(), acl: "/vms/" + strconv.Itoa(g.VMID)}
 	row.f = factsWith(g, in.usage, in.hasUsage, time.Time{})
 	if row.f.state.Running() {
 		row.since, _ = translate.RunningSince(g.VMI)
@@ -262,7 +263,7 @@ func (h *APIHandler) visibleRows(q *request, rows []*guestRow) []*guestRow {
 	// review per namespace and request, not one per VM.
 	byNS := map[string]bool{}
 	for _, row := range rows {
-		ns := row.g.Namespace()
+		ns := row.ns
 		ok, known := byNS[ns]
 		if !h.perms.impersonate || !known {
 			ok = h.sees(q, row.acl, ns, "VM.Audit")
