@@ -71,7 +71,7 @@ func config(port int, n int, static map[string][]byte) []byte {
 			map[string]string{"id": adminToken, "secret": secret},
 			map[string]string{"id": auditorToken, "secret": secret},
 		},
-		"identities": []any{map[string]any{"id": "auditor@pve", "roles": []any{map[string]string{"path": "/", "role": "PVEAuditor"}}}},
+		"identities":         []any{map[string]any{"id": "auditor@pve", "roles": []any{map[string]string{"path": "/", "role": "PVEAuditor"}}}},
 		"auth_failure_delay": 0,
 	}}})
 	cfg := map[string]any{
@@ -191,7 +191,8 @@ func side() (rounds int, round time.Duration) {
 }
 
 // BenchmarkAPI: per VM count and endpoint, the API and respond with its
-// answer, alternately; the ratio is api/respond. Run with -benchtime 1x.
+// answer, alternately; the ratio is the median of api/respond over the
+// pairs of rounds (benchload.Ratio). Run with -benchtime 1x.
 func BenchmarkAPI(b *testing.B) {
 	for _, n := range sizes {
 		for _, e := range endpoints {
@@ -207,7 +208,7 @@ func BenchmarkAPI(b *testing.B) {
 					}
 					b.ReportMetric(res[0].PerSec, "api-req/s")
 					b.ReportMetric(res[1].PerSec, "respond-req/s")
-					b.ReportMetric(res[0].PerSec/res[1].PerSec, "ratio")
+					b.ReportMetric(benchload.Ratio(res[0], res[1]), "ratio")
 					b.ReportMetric(float64(res[0].Bytes), "body-B")
 					if e.latency {
 						lat, err := benchload.Latency(s.client, 400, api, respond)

@@ -24,7 +24,9 @@ func TestPutNeverGoesBack(t *testing.T) {
 		list: func(context.Context, string, metav1.ListOptions) (runtime.Object, error) {
 			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.ConfigMap{*listed}}, nil
 		},
-		watch: func(context.Context, string, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+		watch: func(context.Context, string, metav1.ListOptions) (watch.Interface, error) {
+			return watch.NewFake(), nil
+		},
 	}
 	var heard []string
 	ctx, cancel := context.WithCancel(context.Background())

@@ -29,6 +29,28 @@ type Result struct {
 	// body.
 	Requests int64
 	Bytes    int64
+	// Rounds is the rate of each round.
+	Rounds []float64
+}
+
+// Ratio is the median over the rounds of a's rate over b's in the same
+// round (Alternate's rounds of a and b run back to back): a burst of
+// other work, which lands on one of them, moves it less than it moves
+// the ratio of totals.
+func Ratio(a, b Result) float64 {
+	n := min(len(a.Rounds), len(b.Rounds))
+	if n == 0 {
+		return 0
+	}
+	r := make([]float64, n)
+	for i := range r {
+		r[i] = a.Rounds[i] / b.Rounds[i]
+	}
+	slices.Sort(r)
+	if n%2 == 1 {
+		return r[n/2]
+	}
+	return (r[n/2-1] + r[n/2]) / 2
 }
 
 // Client returns an HTTP client for n parallel connections to one host.
@@ -68,6 +90,7 @@ func Alternate(c *http.Client, conc, rounds int, round time.Duration, targets ..
 			}
 			out[i].Requests += int64(per[i])
 			out[i].Bytes = b
+			out[i].Rounds = append(out[i].Rounds, float64(per[i])/d.Seconds())
 			spent[i] += d
 		}
 	}
