@@ -83,12 +83,10 @@ type Cluster struct {
 	// guestGen counts changes to what Guests shows (VMs, their instances,
 	// the node table); metricsGen counts usage readings published.
 	guestGen, metricsGen atomic.Uint64
-	mu                   sync.Mutex
-	vmidTab              *vmidTable
-	vmidTabGen           uint64
+	mu                   sync.Mutex // serialises table rebuilds
+	vmidTab              atomic.Pointer[vmidTable]
 	nextIDs              idHolds // ids /cluster/nextid handed out lately
-	nodeTab              *nodeTable
-	nodeTabGen           uint64
+	nodeTab              atomic.Pointer[nodeTable]
 
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
