@@ -250,14 +250,22 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cadd
 	r2.URL = &u
 	// Routing works on the escaped path, so that an escaped slash stays
 	// inside its segment: bpg sends volume ids as content/local:iso%2Fx.iso.
-	r2.URL.RawPath = cleanAPIPath(r.URL.EscapedPath())
-	if p, err := url.PathUnescape(r2.URL.RawPath); err == nil {
-		r2.URL.Path = p
-	} else {
-		r2.URL.Path, r2.URL.RawPath = cleanAPIPath(r.URL.Path), ""
+	// Most paths are clean and have nothing escaped: they are used as
+	// they are.
+	esc := r.URL.EscapedPath()
+	switch {
+	case cleanPath(esc) && !strings.Contains(esc, "%"):
+		r2.URL.Path, r2.URL.RawPath = esc, esc // what the general case makes of it
+	default:
+		r2.URL.RawPath = cleanAPIPath(esc)
+		if p, err := url.PathUnescape(r2.URL.RawPath); err == nil {
+			r2.URL.Path = p
+		} else {
+			r2.URL.Path, r2.URL.RawPath = cleanAPIPath(r.URL.Path), ""
+		}
 	}
 	boundBody(w, r2)
-	if strings.Contains(r2.URL.Path+"/", "/./") || strings.Contains(r2.URL.Path+"/", "/../") {
+	if p := r2.URL.Path; strings.Contains(p, "/./") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") {
 		// No PVE path has dot segments; ServeMux would answer a redirect.
 		h.notImplemented(w, r2)
 		return nil
@@ -277,6 +285,11 @@ func cleanAPIPath(p string) string {
 		}
 	}
 	return "/" + strings.Join(out, "/")
+}
+
+// cleanPath tells whether cleanAPIPath would return p as it is.
+func cleanPath(p string) bool {
+	return len(p) > 1 && p[0] == '/' && p[len(p)-1] != '/' && !strings.Contains(p, "//")
 }
 
 // Interface guards

@@ -26,7 +26,7 @@ type guestRows struct {
 
 	mu    sync.Mutex // serialises rebuilds of the list
 	list  atomic.Pointer[rowList]
-	byKey sync.Map // namespace/name -> *guestRow
+	byKey sync.Map // the VM's UID -> *guestRow
 	// built counts rows built outside a list rebuild; many of them prune
 	// rows of VMs that are gone.
 	built atomic.Int64
@@ -87,7 +87,7 @@ func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
 // row returns g's row, built anew only when its inputs changed.
 func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 	in := r.inputs(c, g)
-	key := g.Namespace() + "/" + g.Name()
+	key := g.VM.UID
 	if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
 		return v.(*guestRow)
 	}
@@ -127,9 +127,9 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 	}
 	guests := c.Guests()
 	l := &rowList{c: c, guests: gv, metrics: mv, rows: make([]*guestRow, len(guests))}
-	seen := make(map[string]bool, len(guests))
+	seen := make(map[types.UID]bool, len(guests))
 	for i, g := range guests {
-		key := g.Namespace() + "/" + g.Name()
+		key := g.VM.UID
 		seen[key] = true
 		in := r.inputs(c, g)
 		if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
@@ -140,7 +140,7 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 		r.byKey.Store(key, l.rows[i])
 	}
 	r.byKey.Range(func(k, _ any) bool {
-		if !seen[k.(string)] {
+		if !seen[k.(types.UID)] {
 			r.byKey.Delete(k)
 		}
 		return true
@@ -153,7 +153,7 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 func (r *guestRows) prune(c *kube.Cluster) {
 	r.byKey.Range(func(k, v any) bool {
 		g := v.(*guestRow).g
-		if !c.VMNameTaken(g.Namespace(), g.Name()) {
+		if g2, err := c.Guest(g.VMID); err != nil || g2.VM.UID != g.VM.UID {
 			r.byKey.Delete(k)
 		}
 		return true
