@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of caddy-proxmox on a fresh machine: installs what the
-# tests need (Debian's python3-proxmoxer, python3-websockets and ansible,
-# the kube-apiserver and etcd built from the Go module proxy), builds
-# ./caddy, then vets, tests and briefly fuzzes.
+# tests need (Debian's python3-proxmoxer, python3-websockets, ansible and
+# chromium, the kube-apiserver and etcd built from the Go module proxy),
+# builds ./caddy, then vets, tests and briefly fuzzes.
 #
 #   ./test.sh              everything
 #   FUZZTIME=10s ./test.sh longer fuzzing
@@ -13,6 +13,8 @@ need_apt=()
 /usr/bin/python3 -c 'import proxmoxer, requests' 2>/dev/null || need_apt+=(python3-proxmoxer python3-requests)
 /usr/bin/python3 -c 'import websockets' 2>/dev/null || need_apt+=(python3-websockets)
 command -v ansible-playbook >/dev/null 2>&1 || need_apt+=(ansible)
+# Browser tests (integration/browser) run Debian's Chromium headless.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "== installing ${need_apt[*]} (Debian)"
 	SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
