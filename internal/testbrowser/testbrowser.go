@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // EnvChromium names the environment variable that points at the browser
@@ -175,4 +178,39 @@ func Describe(ctx context.Context, expr string) string {
 		return fmt.Sprintf("(cannot read the page: %v)", err)
 	}
 	return s
+}
+
+// Type presses the keys of text on the focused element as a keyboard
+// does: one keyDown that carries the text, then keyUp. chromedp's
+// SendKeys and KeyEvent send the text as a separate "char" event after a
+// keyDown without text, which pages that handle keydown themselves
+// (xterm.js) receive as two key presses; a real key press never does that.
+func Type(text string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, r := range text {
+			var down, up *input.DispatchKeyEventParams
+			var chars []string
+			for _, ev := range kb.Encode(r) {
+				switch ev.Type {
+				case kb.KeyDown:
+					down = ev
+				case kb.KeyUp:
+					up = ev
+				case kb.KeyChar:
+					chars = append(chars, ev.Text)
+				}
+			}
+			if down == nil || up == nil {
+				return fmt.Errorf("no key for %q", r)
+			}
+			down.Text = strings.Join(chars, "")
+			down.UnmodifiedText = down.Text
+			for _, ev := range []*input.DispatchKeyEventParams{down, up} {
+				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *ev); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
