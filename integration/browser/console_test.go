@@ -38,6 +38,7 @@ type consoleEnv struct {
 
 func newConsoleEnv(t *testing.T) *consoleEnv {
 	t.Helper()
+	testbrowser.Chromium(t) // before starting anything: skip or fail at once
 	mods := webModules(t)
 	dir := t.TempDir()
 	port := testcaddy.FreePort(t)

@@ -42,6 +42,7 @@ func guestSite() http.Handler {
 // boot take long enough for a person (and the test) to watch the page.
 func newWakeEnv(t *testing.T, start, boot time.Duration, backoff string) *wakeEnv {
 	t.Helper()
+	testbrowser.Chromium(t) // before starting anything: skip or fail at once
 	sim := pvesim.New(pvesim.Options{TaskDelay: 50 * time.Millisecond})
 	guestPort := testcaddy.FreePort(t)
 	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 100, Name: "web", IP: "127.0.0.2", Port: guestPort,
