@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testbrowser"
@@ -225,6 +226,29 @@ func TestWakeLoadingPage(t *testing.T) {
 	time.Sleep(700 * time.Millisecond)
 	if after, err := chromedp.Run(ctx, chromedp.Evaluate[pageView](readView)); err != nil || after.H1 != "Welcome to web" {
 		t.Fatalf("guest page did not stay: %+v %v", after, err)
+	}
+}
+
+// Without JavaScript the loading page still gets the visitor to the site:
+// it refreshes itself (a meta refresh inside noscript) until the guest
+// answers, and says so.
+func TestWakeLoadingPageWithoutJavaScript(t *testing.T) {
+	e := newWakeEnv(t, 1500*time.Millisecond, 500*time.Millisecond, "1s")
+	ctx := testbrowser.New(t, testbrowser.Options{})
+	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+		t.Fatal(err)
+	}
+	target := e.base + "/no-js"
+	if err := chromedp.Do(ctx, chromedp.Navigate(target)); err != nil {
+		t.Fatal(err)
+	}
+	views := watch(t, ctx, 30*time.Second, "the guest's page", func(v pageView) bool { return v.Path != "" }, nil)
+	first := views[0]
+	if first.H1 != "Starting web…" || !strings.Contains(first.Text, "This page reloads by itself every 2 seconds.") || len(first.Log) != 0 {
+		t.Fatalf("first view without JavaScript: %+v", first)
+	}
+	if last := views[len(views)-1]; last.H1 != "Welcome to web" || last.Path != "/no-js" || last.Href != target {
+		t.Fatalf("after the wake: %+v", last)
 	}
 }
 
