@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ import (
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "rewrite docs/wake-loading.png from TestWakeLoadingPage")
+
+var guestSeq atomic.Int32
 
 // wakeEnv is a pvesim cluster with one LXC guest, "web", behind a
 // proxmox_wake site of a ./caddy process.
@@ -46,7 +49,11 @@ func newWakeEnv(t *testing.T, start, boot time.Duration, backoff string) *wakeEn
 	testbrowser.Chromium(t) // before starting anything: skip or fail at once
 	sim := pvesim.New(pvesim.Options{TaskDelay: 50 * time.Millisecond})
 	guestPort := testcaddy.FreePort(t)
-	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 100, Name: "web", IP: "127.0.0.2", Port: guestPort,
+	// 127.78.0.0/16 is this package's: the demo cluster serves on
+	// 127.0.0.2-4 and integration/wake on 127.77.0.0/16.
+	n := guestSeq.Add(1)
+	ip := fmt.Sprintf("127.78.%d.%d", n/250, 2+n%250)
+	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 100, Name: "web", IP: ip, Port: guestPort,
 		StartDelay: start, BootDelay: boot, Handler: guestSite()}); err != nil {
 		t.Fatal(err)
 	}
