@@ -63,10 +63,14 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[strin
 	if mem := MemoryBytes(vm); mem > 0 {
 		overlay("memory", strconv.FormatInt(mem>>20, 10), "512")
 	}
+	// A VM made through this API without a name has none in its config, as
+	// in PVE; one made outside it shows its Kubernetes name.
 	if n := vm.Annotations[AnnotationName]; n != "" {
 		cfg["name"] = n
-	} else if cfg["name"] == "" {
+	} else if _, made := vm.Annotations[AnnotationConfig]; !made {
 		cfg["name"] = vm.Name
+	} else if cfg["name"] == "" {
+		delete(cfg, "name")
 	}
 	if vm.Labels[LabelTemplate] == "true" {
 		cfg["template"] = "1"

@@ -183,6 +183,21 @@ func TestBuildVMTemplate(t *testing.T) {
 	}
 }
 
+// A VM made without a name has no name in its config, as in PVE (bpg
+// plans to remove a name it never set otherwise), though its object is
+// called vm-<vmid>.
+func TestConfigViewWithoutName(t *testing.T) {
+	for _, cfg := range []map[string]string{{}, {"cores": "2"}} {
+		vm := buildOK(t, cfg)
+		if vm.Name != "vm-100" {
+			t.Fatalf("object name %s", vm.Name)
+		}
+		if v := ConfigView(vm, nil); v["name"] != nil {
+			t.Errorf("config %v shows name %v", cfg, v["name"])
+		}
+	}
+}
+
 func TestConfigViewPreexisting(t *testing.T) {
 	// A VM made with kubectl: no stored config at all.
 	vm := &kubevirtv1.VirtualMachine{}
