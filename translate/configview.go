@@ -75,6 +75,7 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[strin
 	if vm.Labels[LabelTemplate] == "true" {
 		cfg["template"] = "1"
 	}
+	qemuServerForms(cfg)
 	if vm.Spec.Template != nil {
 		for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
 			if _, ok := cfg[iface.Name]; ok || !netKeyRE.MatchString(iface.Name) {
@@ -92,6 +93,20 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[strin
 		}
 	}
 	return cfg, sds
+}
+
+// qemuServerForms rewrites stored values the way qemu-server reads them
+// back from its config file: write_vm_config leaves out a false
+// description ("" or "0") and parse_vm_config trims trailing whitespace
+// off the others (a Terraform heredoc ends in a newline).
+func qemuServerForms(cfg map[string]string) {
+	if d, ok := cfg["description"]; ok {
+		if d == "" || d == "0" {
+			delete(cfg, "description")
+		} else {
+			cfg["description"] = strings.TrimRight(d, " \t\n\r\f\v")
+		}
+	}
 }
 
 // ConfigDigest is PVE's config digest: a SHA-1 over the config, here over

@@ -198,6 +198,27 @@ func TestConfigViewWithoutName(t *testing.T) {
 	}
 }
 
+// TestConfigViewQemuServerForms: values read back as qemu-server reads
+// its config file, where bpg compares them with what it sent.
+func TestConfigViewQemuServerForms(t *testing.T) {
+	for _, c := range []struct {
+		key, set string
+		want     any // nil: the key is absent
+	}{
+		{"description", "my\ndescription\nvalue\n", "my\ndescription\nvalue"},
+		{"description", "  indented\n\nlast line  \t\n", "  indented\n\nlast line"},
+		{"description", "one line", "one line"},
+		{"description", "", nil},
+		{"description", "0", nil},
+		{"description", " \n", ""},
+	} {
+		v := ConfigView(buildOK(t, map[string]string{c.key: c.set}), nil)
+		if got, ok := v[c.key]; (c.want == nil && ok) || (c.want != nil && got != c.want) {
+			t.Errorf("%s=%q reads back as %#v, want %#v", c.key, c.set, got, c.want)
+		}
+	}
+}
+
 func TestConfigViewPreexisting(t *testing.T) {
 	// A VM made with kubectl: no stored config at all.
 	vm := &kubevirtv1.VirtualMachine{}
