@@ -98,13 +98,22 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[strin
 // qemuServerForms rewrites stored values the way qemu-server reads them
 // back from its config file: write_vm_config leaves out a false
 // description ("" or "0") and parse_vm_config trims trailing whitespace
-// off the others (a Terraform heredoc ends in a newline).
+// off the others; print_drive writes an empty or host CD-ROM drive with
+// its volume first (bpg sends file=none,media=cdrom and reads back none).
 func qemuServerForms(cfg map[string]string) {
 	if d, ok := cfg["description"]; ok {
 		if d == "" || d == "0" {
 			delete(cfg, "description")
 		} else {
 			cfg["description"] = strings.TrimRight(d, " \t\n\r\f\v")
+		}
+	}
+	for k, v := range cfg {
+		if !diskKeyRE.MatchString(k) {
+			continue
+		}
+		if d, err := parseDrive(v); err == nil && d.opts["media"] == "cdrom" && (d.file == "none" || d.file == "cdrom") {
+			cfg[k] = d.String()
 		}
 	}
 }

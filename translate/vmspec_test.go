@@ -211,6 +211,9 @@ func TestConfigViewQemuServerForms(t *testing.T) {
 		{"description", "", nil},
 		{"description", "0", nil},
 		{"description", " \n", ""},
+		{"ide2", "file=none,media=cdrom", "none,media=cdrom"},
+		{"ide3", "file=cdrom,media=cdrom", "cdrom,media=cdrom"},
+		{"sata1", "none,media=cdrom", "none,media=cdrom"},
 	} {
 		v := ConfigView(buildOK(t, map[string]string{c.key: c.set}), nil)
 		if got, ok := v[c.key]; (c.want == nil && ok) || (c.want != nil && got != c.want) {
