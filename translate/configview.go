@@ -45,7 +45,11 @@ func typedConfig(cfg map[string]string) map[string]any {
 // are returned too, keyed as the config shows them.
 func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[string]string, []specDisk) {
 	cfg := StoredConfig(vm)
-	adopted := len(cfg) == 0 // made outside this API: show what it has
+	// Made outside this API (no stored config, not an empty one: a VM made
+	// with nothing but a vmid has none of these keys in PVE): show what it
+	// has.
+	_, made := vm.Annotations[AnnotationConfig]
+	adopted := !made
 	sds := specDisks(vm, cfg)
 	for _, s := range sds {
 		if !s.managed {
@@ -67,7 +71,7 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[strin
 	// in PVE; one made outside it shows its Kubernetes name.
 	if n := vm.Annotations[AnnotationName]; n != "" {
 		cfg["name"] = n
-	} else if _, made := vm.Annotations[AnnotationConfig]; !made {
+	} else if adopted {
 		cfg["name"] = vm.Name
 	} else if cfg["name"] == "" {
 		delete(cfg, "name")

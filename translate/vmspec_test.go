@@ -198,6 +198,18 @@ func TestConfigViewWithoutName(t *testing.T) {
 	}
 }
 
+// TestConfigViewOfEmptyConfig: a VM made with nothing but a vmid shows no
+// CPU or memory keys (bpg's proxmox_vm finds a cpu block it never set
+// otherwise), while one made outside the API shows what it has.
+func TestConfigViewOfEmptyConfig(t *testing.T) {
+	v := ConfigView(buildOK(t, map[string]string{}), nil)
+	for _, k := range []string{"name", "cores", "sockets", "memory"} {
+		if x, ok := v[k]; ok {
+			t.Errorf("config of a VM made with a vmid only shows %s: %v", k, x)
+		}
+	}
+}
+
 // TestConfigViewQemuServerForms: values read back as qemu-server reads
 // its config file, where bpg compares them with what it sent.
 func TestConfigViewQemuServerForms(t *testing.T) {
