@@ -677,6 +677,10 @@ func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 		switch {
 		case ciVolRE.MatchString(d.file):
 			m := ciVolRE.FindStringSubmatch(d.file)
+			if req.StorageExists != nil && !req.StorageExists(m[1]) {
+				errs[k] = fmt.Sprintf("storage '%s' does not exist", m[1])
+				continue
+			}
 			if ciDrive != "" {
 				errs[k] = "only one cloud-init drive is allowed (already on " + ciDrive + ")"
 				continue

@@ -133,6 +133,7 @@ func TestBuildVMErrors(t *testing.T) {
 		{map[string]string{"scsi0": "local-lvm:vm-1-disk-0"}, "scsi0", "does not exist"},
 		{map[string]string{"scsi0": "local-lvm:foo/bar.qcow2"}, "scsi0", "unable to parse volume"},
 		{map[string]string{"ide2": "local:iso/missing.iso,media=cdrom"}, "ide2", "does not exist"},
+		{map[string]string{"ide2": "doesnotexist:cloudinit"}, "ide2", "storage 'doesnotexist' does not exist"},
 		{map[string]string{"ipconfig0": "ip=10.0.0.300/24"}, "ipconfig0", "IPv4"},
 		{map[string]string{"ipconfig0": "gw=10.0.0.1,bogus=1"}, "ipconfig0", "bogus"},
 		{map[string]string{"scsi0": "local-lvm:0"}, "scsi0", "greater than zero"},
