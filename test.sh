@@ -2,7 +2,8 @@
 # Runs every test of caddy-proxmox on a fresh machine: installs what the
 # tests need (Debian's python3-proxmoxer, python3-websockets and ansible,
 # the kube-apiserver and etcd built from the Go module proxy), builds
-# ./caddy, then vets, tests and briefly fuzzes.
+# ./caddy, then vets, tests, runs the bpg Terraform provider's own
+# acceptance tests against ./caddy (testenv/bpg/run.sh) and briefly fuzzes.
 #
 #   ./test.sh              everything
 #   FUZZTIME=10s ./test.sh longer fuzzing
@@ -39,6 +40,9 @@ go vet ./...
 
 echo "== go test"
 go test -count=1 -timeout 20m ./...
+
+echo "== bpg Terraform provider acceptance tests (testenv/bpg)"
+testenv/bpg/run.sh
 
 echo "== fuzzing (${FUZZTIME:=3s} per target)"
 # fuzz_one fails on any input the fuzzer reports (it writes it to testdata,
