@@ -67,7 +67,7 @@ if [ -z "${BPG_IN_NETNS:-}" ]; then
 	# leaks in (and the CLI does not warn about a missing one).
 	: >"$out/terraformrc"
 	export TF_CLI_CONFIG_FILE=$out/terraformrc
-	version=$("$tf" version | head -1)
+	version=$("$tf" version | sed -n 1p) # not head: pipefail and SIGPIPE
 	case $version in
 	OpenTofu*) export TF_ACC_PROVIDER_HOST=registry.opentofu.org ;;
 	esac
