@@ -47,7 +47,12 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 	cfg := StoredConfig(src)
 	name := req.Name
 	if name == "" {
+		// qemu-server: the source's name, else its vmid; a VM made outside
+		// the API shows its object name as its name.
 		n := cfg["name"]
+		if _, made := src.Annotations[AnnotationConfig]; n == "" && made {
+			n = src.Labels[LabelVMID]
+		}
 		if n == "" {
 			n = src.Name
 		}
