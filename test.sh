@@ -2,8 +2,9 @@
 # Runs every test of caddy-proxmox on a fresh machine: installs what the
 # tests need (Debian's python3-proxmoxer, python3-websockets, ansible and
 # chromium, noVNC and xterm.js from the npm registry, the kube-apiserver and
-# etcd built from the Go module proxy), builds ./caddy, then vets, tests and
-# briefly fuzzes.
+# etcd built from the Go module proxy), builds ./caddy, then vets, tests,
+# runs the bpg Terraform provider's own acceptance tests against ./caddy
+# (testenv/bpg/run.sh) and briefly fuzzes.
 #
 #   ./test.sh              everything
 #   FUZZTIME=10s ./test.sh longer fuzzing
@@ -48,6 +49,9 @@ go vet ./...
 
 echo "== go test"
 go test -count=1 -timeout 20m ./...
+
+echo "== bpg Terraform provider acceptance tests (testenv/bpg)"
+testenv/bpg/run.sh
 
 echo "== fuzzing (${FUZZTIME:=3s} per target)"
 # fuzz_one fails on any input the fuzzer reports (it writes it to testdata,
