@@ -31,6 +31,8 @@ type Resource struct {
 	// not in HA; "ignored" when in HA's config but managed directly).
 	HAState  string `json:"hastate,omitempty"`
 	Template bool   `json:"template,omitempty"`
+	// Tags are the guest's Proxmox tags (see HasTag).
+	Tags []string `json:"tags,omitempty"`
 }
 
 // obs is the part of the row that, when it changes, ends a failed wake's
@@ -54,6 +56,7 @@ type resourceRow struct {
 	Lock     string      `json:"lock"`
 	HAState  string      `json:"hastate"`
 	Template *pveBool    `json:"template"`
+	Tags     string      `json:"tags"`
 }
 
 // Cluster is the runtime of one configured cluster: its client, its nodes
@@ -304,7 +307,7 @@ func indexRows(rows []resourceRow, prev map[int]Resource) (byVMID map[int]Resour
 		if err != nil || id <= 0 {
 			continue
 		}
-		res := Resource{VMID: int(id), Kind: r.Type, Node: r.Node, Name: r.Name, Status: r.Status, Lock: r.Lock, HAState: r.HAState}
+		res := Resource{VMID: int(id), Kind: r.Type, Node: r.Node, Name: r.Name, Status: r.Status, Lock: r.Lock, HAState: r.HAState, Tags: splitTags(r.Tags)}
 		if r.Template != nil {
 			res.Template = bool(*r.Template)
 		}

@@ -320,3 +320,31 @@ func TestGuestNetwork(t *testing.T) {
 	}
 	_ = s
 }
+
+// Tags come with /cluster/resources as PVE stores them: lower case,
+// sorted, joined with ';' (get_unique_tags); the guest's config has them
+// too, and a stalled node's rows keep them (they come from the configs).
+func TestTagsInRows(t *testing.T) {
+	s, c := simWith(t, Options{}, GuestSpec{VMID: 100, Tags: []string{"Caddy-Wake", "caddy-port-8080"}}, GuestSpec{VMID: 101})
+	tags := map[float64]any{}
+	for _, r := range rows(t, c) {
+		tags[r["vmid"].(float64)] = r["tags"]
+	}
+	if tags[100] != "caddy-port-8080;caddy-wake" || tags[101] != nil {
+		t.Fatalf("tags %v", tags)
+	}
+	s.SetTags(101, "web")
+	s.SetNodeStale("pve1", true)
+	for _, r := range rows(t, c) {
+		if r["vmid"].(float64) == 101 && (r["tags"] != "web" || r["status"] != "unknown") {
+			t.Fatalf("stale row %v", r)
+		}
+	}
+	var cfg map[string]any
+	if err := c.Get(context.Background(), "/nodes/pve1/lxc/100/config", &cfg); err != nil || cfg["tags"] != "caddy-port-8080;caddy-wake" {
+		t.Fatalf("config %v %v", cfg, err)
+	}
+	if err := s.AddGuest(GuestSpec{VMID: 102, Tags: []string{"a b"}}); err == nil {
+		t.Fatal("bad tag accepted")
+	}
+}

@@ -71,8 +71,13 @@ func (s *Sim) resourceRowLocked(g *guest) map[string]any {
 			row[k] = v
 		}
 	}
+	// lock and tags come from the guest configs (get_guest_config_properties),
+	// which every node has: a stalled node's rows carry them too.
 	if g.lock != "" {
 		row["lock"] = g.lock
+	}
+	if tags := tagsValue(g.spec.Tags); tags != "" {
+		row["tags"] = tags
 	}
 	if h := g.ha.hastate(); h != "" {
 		row["hastate"] = h
@@ -195,6 +200,9 @@ func (g *guest) configLocked() map[string]any {
 	}
 	if g.spec.Template {
 		cfg["template"] = 1
+	}
+	if tags := tagsValue(g.spec.Tags); tags != "" {
+		cfg["tags"] = tags
 	}
 	return cfg
 }

@@ -82,6 +82,8 @@ type GuestSpec struct {
 	// Handler serves the guest's HTTP; default: a hello page, a websocket
 	// echo for upgrade requests, /sleep?d= and /stream.
 	Handler http.Handler
+	// Tags are the guest's Proxmox tags (its config's "tags").
+	Tags []string
 }
 
 // Iface is an interface inside a guest that PVE's config does not list.
@@ -165,6 +167,11 @@ func (s *Sim) AddGuest(spec GuestSpec) error {
 	}
 	if spec.Kind != "lxc" && spec.Kind != "qemu" {
 		return fmt.Errorf("pvesim: kind %q is neither lxc nor qemu", spec.Kind)
+	}
+	for _, t := range spec.Tags {
+		if !tagRE.MatchString(t) {
+			return fmt.Errorf("pvesim: tag %q: invalid characters in tag", t)
+		}
 	}
 	if spec.Name == "" {
 		spec.Name = fmt.Sprintf("guest-%d", spec.VMID)
