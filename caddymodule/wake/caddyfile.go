@@ -38,7 +38,8 @@ func parseWakeCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 
 // UnmarshalCaddyfile reads:
 //
-//	proxmox_wake <cluster>/<vmid|name> {
+//	proxmox_wake <cluster>/<vmid|name|placeholders> {
+//		tag <tag>                        # placeholders only: the opt-in tag (caddy-wake)
 //		idle_timeout <duration>          # 15m; 0 never stops
 //		wake_timeout <duration>          # 2m
 //		hold_timeout <duration>          # 60s
@@ -114,11 +115,13 @@ func (m *WakeHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					m.MaxBackoff = caddy.Duration(dur)
 				}
 			}
-		case "stop_method", "address", "mode", "events_path":
+		case "stop_method", "address", "mode", "events_path", "tag":
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
 			switch opt {
+			case "tag":
+				m.Tag = d.Val()
 			case "stop_method":
 				m.StopMethod = d.Val()
 			case "address":

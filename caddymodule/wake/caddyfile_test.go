@@ -111,3 +111,34 @@ func TestWakeValidateHasNoSideEffects(t *testing.T) {
 		}
 	}
 }
+
+// A placeholder reference adapts with Caddy's shorthand expanded and its
+// opt-in tag; tag on a literal reference, or placeholders in the cluster
+// name, are refused.
+func TestWakePlaceholderReference(t *testing.T) {
+	h, err := adaptWake(t, `*.lab.example.com {
+	proxmox_wake lab/{labels.3} {
+		tag web-on
+		port 8080
+	}
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"handler": "proxmox_wake", "guest": "lab/{http.request.host.labels.3}", "tag": "web-on", "port": float64(8080)}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("handler = %v, want %v", h, want)
+	}
+	for _, bad := range []*WakeHandler{
+		{Guest: "lab/100", Tag: "caddy-wake"},
+		{Guest: "{labels.2}/100"},
+		{Guest: "lab/{labels.2}", Tag: "bad tag"},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if err := (&WakeHandler{Guest: "lab/{labels.2}"}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,6 +1,7 @@
 package wake
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -26,8 +27,14 @@ func init() {
 // with Retry-After. The guest is stopped once no request has been in
 // flight (websockets and streams included) for idle_timeout.
 type WakeHandler struct {
-	// Guest is "<cluster>/<vmid>" or "<cluster>/<name>".
+	// Guest is "<cluster>/<vmid>" or "<cluster>/<name>". The guest part
+	// may hold placeholders ("lab/{labels.2}"), resolved per request:
+	// then only guests carrying Tag are served, others get a 404.
 	Guest string `json:"guest"`
+	// Tag is the Proxmox tag a guest needs to be served through a
+	// placeholder reference (caddy-wake); its caddy-<option>-<value> tags
+	// override port, idle_timeout, wake_timeout, probe and stop_method.
+	Tag string `json:"tag,omitempty"`
 	// IdleTimeout before an idle guest is stopped (15m); 0 never stops.
 	IdleTimeout *caddy.Duration `json:"idle_timeout,omitempty"`
 	// WakeTimeout bounds a wake from start to ready (2m).
@@ -92,6 +99,9 @@ type WakeHandler struct {
 	ignore       caddyhttp.MatcherSets
 	binding      *lxc.Binding
 	guest        *lxc.Guest
+	// dynamic resolves a reference with placeholders (binding and guest
+	// are then nil; each request gets a copy bound to its guest).
+	dynamic *dynamicGuests
 	hold         time.Duration
 	// port is Port with its default: the guest's Upstream(0) would give
 	// the port of whichever handler of the guest was provisioned last.
@@ -192,6 +202,10 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
+	if hasPlaceholder(ref) {
+		h.dynamic = newDynamicGuests(c, ref, cmp.Or(h.Tag, lxc.DefaultOptInTag), cfg, h.logger)
+		return nil
+	}
 	b, err := lxc.AcquireGuest(c, ref, cfg, h.logger)
 	if err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
@@ -219,13 +233,13 @@ func (h *WakeHandler) Validate() error {
 	if _, err := h.config(); err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
-	return nil
+	return h.validateTag()
 }
 
 // splitGuest splits a guest reference "<cluster>/<vmid|name>".
 func splitGuest(guest string) (cluster, ref string, err error) {
 	cluster, ref, ok := strings.Cut(guest, "/")
-	if !ok || cluster == "" {
+	if !ok || cluster == "" || hasPlaceholder(cluster) {
 		return "", "", fmt.Errorf("guest %q must be <cluster>/<vmid> or <cluster>/<name>", guest)
 	}
 	if err := lxc.ValidateRef(ref); err != nil {
@@ -237,6 +251,9 @@ func splitGuest(guest string) (cluster, ref string, err error) {
 // Cleanup releases this config's binding of the guest. The guest runtime
 // (timers, state, a wake in progress) lives on if the next config uses it.
 func (h *WakeHandler) Cleanup() error {
+	if h.dynamic != nil {
+		h.dynamic.Release()
+	}
 	if h.binding != nil {
 		return h.binding.Release()
 	}
@@ -245,6 +262,9 @@ func (h *WakeHandler) Cleanup() error {
 
 // ServeHTTP wakes the guest if needed and passes the request on.
 func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.dynamic != nil {
+		return h.serveDynamic(w, r, next)
+	}
 	g := h.guest
 	if len(h.ignore) > 0 {
 		match, err := h.ignore.AnyMatchWithError(r)
