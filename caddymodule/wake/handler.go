@@ -99,14 +99,15 @@ type WakeHandler struct {
 	ignore       caddyhttp.MatcherSets
 	binding      *lxc.Binding
 	guest        *lxc.Guest
-	// dynamic resolves a reference with placeholders (binding and guest
-	// are then nil; each request gets a copy bound to its guest).
-	dynamic *dynamicGuests
-	hold    time.Duration
+	hold         time.Duration
 	// port is Port with its default: the guest's Upstream(0) would give
 	// the port of whichever handler of the guest was provisioned last.
 	port   int
 	logger *zap.Logger
+
+	// dynamic resolves a reference with placeholders (binding and guest
+	// are then nil; each request gets a copy bound to its guest).
+	dynamic *dynamicGuests
 }
 
 // Response header marking how a request met the guest: "cold" when it
