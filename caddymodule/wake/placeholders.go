@@ -55,7 +55,9 @@ type dynamicGuest struct {
 }
 
 func newDynamicGuests(c *lxc.Cluster, ref, tag string, base lxc.GuestConfig, logger *zap.Logger) *dynamicGuests {
-	return &dynamicGuests{cluster: c, ref: ref, tag: tag, base: base, logger: logger, bound: map[int]*dynamicGuest{}}
+	d := &dynamicGuests{cluster: c, ref: ref, tag: tag, base: base, logger: logger, bound: map[int]*dynamicGuest{}}
+	d.adoptResolved()
+	return d
 }
 
 // errTagConfig is a guest whose tags make no valid config.
@@ -64,38 +66,88 @@ var errTagConfig = errors.New("the guest's caddy- tags make an invalid configura
 // bind returns the binding of the guest res, creating it on first use or
 // when its tags changed.
 func (d *dynamicGuests) bind(res lxc.Resource) (*lxc.Binding, error) {
-	sig := strings.Join(res.Tags, ";")
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, errors.New("config unloaded")
 	}
-	cur := d.bound[res.VMID]
+	return d.bindLocked(res.VMID, res.Tags)
+}
+
+func (d *dynamicGuests) bindLocked(vmid int, tags []string) (*lxc.Binding, error) {
+	sig := strings.Join(tags, ";")
+	cur := d.bound[vmid]
 	if cur != nil && cur.tags == sig {
 		return cur.b, nil
 	}
-	cfg, ignored, err := d.base.WithTags(res.Tags, d.tag)
+	cfg, ignored, err := d.base.WithTags(tags, d.tag)
 	if err == nil {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		d.logger.Error("not serving the guest: fix its tags", zap.Int("vmid", res.VMID), zap.Strings("tags", res.Tags), zap.Error(err))
+		d.logger.Error("not serving the guest: fix its tags", zap.Int("vmid", vmid), zap.Strings("tags", tags), zap.Error(err))
 		return nil, fmt.Errorf("%w: %v", errTagConfig, err)
 	}
 	if len(ignored) > 0 {
 		d.logger.Warn("tags with the caddy- prefix that are no override (see the README's placeholder references)",
-			zap.Int("vmid", res.VMID), zap.Strings("ignored", ignored))
+			zap.Int("vmid", vmid), zap.Strings("ignored", ignored))
 	}
-	b, err := lxc.AcquireGuest(d.cluster, strconv.Itoa(res.VMID), cfg, d.logger)
+	b, err := lxc.AcquireGuest(d.cluster, strconv.Itoa(vmid), cfg, d.logger)
 	if err != nil {
-		d.logger.Error("not serving the guest", zap.Int("vmid", res.VMID), zap.Error(err))
+		d.logger.Error("not serving the guest", zap.Int("vmid", vmid), zap.Error(err))
 		return nil, fmt.Errorf("%w: %v", errTagConfig, err)
 	}
 	if cur != nil {
 		_ = cur.b.Release()
 	}
-	d.bound[res.VMID] = &dynamicGuest{b: b, tags: sig}
+	d.bound[vmid] = &dynamicGuest{b: b, tags: sig}
+	resolvedBefore.remember(d.key(), vmid, tags)
 	return b, nil
+}
+
+// key names the reference across configs: same cluster, reference and tag.
+func (d *dynamicGuests) key() string {
+	return d.cluster.Name() + "/" + d.ref + "|" + d.tag
+}
+
+// adoptResolved binds, at provision, the guests the same reference of the
+// previous config resolved to: a reload then keeps their runtimes (idle
+// timers, wakes in progress), as it keeps those of literal references,
+// instead of dropping them until a request comes. It makes no request.
+func (d *dynamicGuests) adoptResolved() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for vmid, tags := range resolvedBefore.get(d.key()) {
+		_, _ = d.bindLocked(vmid, tags)
+	}
+}
+
+// resolvedBefore remembers, per reference, the guests it resolved to and
+// their tags then: bounded by the cluster's tagged guests.
+var resolvedBefore = &resolvedGuests{m: map[string]map[int][]string{}}
+
+type resolvedGuests struct {
+	mu sync.Mutex
+	m  map[string]map[int][]string
+}
+
+func (r *resolvedGuests) remember(key string, vmid int, tags []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m[key] == nil {
+		r.m[key] = map[int][]string{}
+	}
+	r.m[key][vmid] = append([]string(nil), tags...)
+}
+
+func (r *resolvedGuests) get(key string) map[int][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[int][]string, len(r.m[key]))
+	for id, tags := range r.m[key] {
+		out[id] = tags
+	}
+	return out
 }
 
 // Release ends every binding (config unload).

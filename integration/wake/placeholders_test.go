@@ -56,6 +56,13 @@ func TestPlaceholderReferenceServesTaggedGuestsOnly(t *testing.T) {
 	if code := e.adminJSON("GET", "/proxmox/guests", &list); code != 200 || len(list) != 2 {
 		t.Fatalf("runtimes: %d %+v", code, list)
 	}
+	// A reload keeps the runtimes of the guests resolved so far, before
+	// any request names them again.
+	e.reload(e.site("*.lab.test", "{labels.2}", "hold_timeout 3s", ""))
+	list = nil
+	if code := e.adminJSON("GET", "/proxmox/guests", &list); code != 200 || len(list) != 2 {
+		t.Fatalf("runtimes after a reload: %d %+v", code, list)
+	}
 	// The shared idle machinery: web idles out, api (caddy-idle-0) stays.
 	waitFor(t, 3*time.Second, "web idles out", func() bool { return e.sim.Status(100) == "stopped" })
 	if e.sim.Status(102) != "running" || e.sim.ActionCalls(102, "shutdown") != 0 {
