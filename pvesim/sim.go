@@ -35,6 +35,9 @@ type Options struct {
 	// not install it, so by default a container suspend task fails as
 	// lxc-checkpoint does.
 	CRIU bool
+	// NodeBootDelay is how long a node takes from a magic packet to
+	// joining the cluster (5×TaskDelay). Real nodes take minutes.
+	NodeBootDelay time.Duration
 	// Logf, if set, receives one line per notable simulator event.
 	Logf func(format string, args ...any)
 }
@@ -103,6 +106,8 @@ type Sim struct {
 	faults   []*fault
 	acl      map[string][]string // nil: the token may do anything
 	stale    map[string]bool     // nodes whose pvestatd stalled
+	power    map[string]*nodePower
+	wol      []net.PacketConn
 	nextIP   int
 	pid      int
 	started  time.Time
@@ -135,6 +140,9 @@ func New(opts Options) *Sim {
 	}
 	if opts.Version == 0 {
 		opts.Version = 8
+	}
+	if opts.NodeBootDelay == 0 {
+		opts.NodeBootDelay = 5 * opts.TaskDelay
 	}
 	return &Sim{
 		opts:    opts,
@@ -256,6 +264,9 @@ func (s *Sim) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	srv := s.server
+	for _, pc := range s.wol {
+		_ = pc.Close()
+	}
 	for _, g := range s.guests {
 		g.gen++
 		g.unserveLocked()
