@@ -89,6 +89,10 @@ type Cluster struct {
 	described bool
 	subs      map[*Guest]struct{}
 	simKey    string
+
+	// nodeOps are the node wakes in progress, by node (see wol.go).
+	nodeMu  sync.Mutex
+	nodeOps map[string]*nodeOp
 }
 
 // AcquireCluster returns the runtime for cfg, shared with any config

@@ -147,9 +147,14 @@ func (g *Guest) WaitReady(ctx context.Context) error {
 // runWake runs one wake to its end and publishes the outcome.
 func (g *Guest) runWake(op *WakeOp, b *Binding) {
 	cfg := b.cfg
+	// A powered-off node is woken first, within its own join_timeout.
+	nodeErr := g.nodeUp(b)
 	ctx, cancel := context.WithTimeout(g.ctx, cfg.WakeTimeout)
 	defer cancel()
-	deps, err := g.wakeSteps(ctx, b)
+	deps, err := []*Guest(nil), nodeErr
+	if err == nil {
+		deps, err = g.wakeSteps(ctx, b)
+	}
 	if err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		public := fmt.Sprintf("The service was not ready within %s.", cfg.WakeTimeout)
 		if f := (*failure)(nil); errors.As(err, &f) && f.waited {

@@ -57,6 +57,8 @@ type PVECluster struct {
 	// guests (LXC 100 "web", 101 "wiki", QEMU 200 "app"), for trying
 	// things out. It excludes urls and token.
 	Simulate bool `json:"simulate,omitempty"`
+	// WakeNodes, when set, wakes a guest's powered-off node first.
+	WakeNodes *WakeNodes `json:"wake_nodes,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -90,6 +92,7 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 			PollInterval:          time.Duration(pc.PollInterval),
 			RequestTimeout:        time.Duration(pc.RequestTimeout),
 			Simulate:              pc.Simulate,
+			WakeNodes:             pc.WakeNodes.runtime(),
 		}
 		for i, u := range cfg.URLs {
 			cfg.URLs[i] = repl.ReplaceKnown(u, "")
@@ -119,7 +122,7 @@ func (a *ProxmoxApp) Validate() error {
 		}
 		seen[pc.Name] = true
 		cfg := lxc.ClusterConfig{Name: pc.Name, URLs: pc.URLs, TokenID: pc.TokenID, TokenSecret: pc.TokenSecret,
-			PollInterval: time.Duration(pc.PollInterval), Simulate: pc.Simulate}
+			PollInterval: time.Duration(pc.PollInterval), Simulate: pc.Simulate, WakeNodes: pc.WakeNodes.runtime()}
 		if err := cfg.Validate(); err != nil {
 			return fmt.Errorf("proxmox: %w", err)
 		}

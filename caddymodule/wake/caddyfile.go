@@ -255,6 +255,10 @@ func (m *WakeHandler) FinalizeUnmarshalCaddyfile(helper httpcaddyfile.Helper) er
 //			poll_interval <duration>
 //			request_timeout <duration>
 //			simulate                      # embedded demo cluster instead
+//			wake_nodes {                  # wake a guest's powered-off node first
+//				join_timeout <duration>   # 5m
+//				node <node> <mac> [<broadcast[:port]>]  # Caddy sends the packet
+//			}
 //		}
 //	}
 //
@@ -342,6 +346,12 @@ func (a *ProxmoxApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				} else {
 					pc.RequestTimeout = caddy.Duration(dur)
 				}
+			case "wake_nodes":
+				w, err := unmarshalWakeNodes(d)
+				if err != nil {
+					return err
+				}
+				pc.WakeNodes = w
 			default:
 				return d.Errf("unknown cluster option '%s'", opt)
 			}

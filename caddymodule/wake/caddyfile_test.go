@@ -5,7 +5,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
@@ -140,5 +142,56 @@ func TestWakePlaceholderReference(t *testing.T) {
 	}
 	if err := (&WakeHandler{Guest: "lab/{labels.2}"}).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wake_nodes adapts into the cluster, with or without a block.
+func TestWakeNodesCaddyfile(t *testing.T) {
+	raw, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(`{
+	proxmox {
+		cluster lab {
+			url https://pve1:8006
+			token_id caddy@pve!wake
+			token_secret s
+			wake_nodes {
+				join_timeout 3m
+				node pve2 aa:bb:cc:dd:ee:ff 192.168.1.255
+				node pve3 aa:bb:cc:dd:ee:00
+			}
+		}
+		cluster other {
+			simulate
+			wake_nodes
+		}
+	}
+}
+:8080 {
+	respond ok
+}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Apps struct {
+			Proxmox ProxmoxApp `json:"proxmox"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cs := cfg.Apps.Proxmox.Clusters
+	w := cs[0].WakeNodes
+	if len(cs) != 2 || w == nil || w.JoinTimeout != caddy.Duration(3*time.Minute) || w.Nodes["pve2"].Broadcast != "192.168.1.255" || w.Nodes["pve3"].MAC != "aa:bb:cc:dd:ee:00" {
+		t.Fatalf("adapted %s", raw)
+	}
+	if cs[1].WakeNodes == nil || len(cs[1].WakeNodes.Nodes) != 0 {
+		t.Fatalf("bare wake_nodes: %s", raw)
+	}
+	if err := cfg.Apps.Proxmox.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cs[0].WakeNodes.Nodes["pve2"].MAC = "nope"
+	if err := cfg.Apps.Proxmox.Validate(); err == nil {
+		t.Fatal("bad MAC accepted")
 	}
 }
