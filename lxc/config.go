@@ -147,8 +147,11 @@ type GuestConfig struct {
 	MaxBackoff   time.Duration
 	// TaskPollInterval is the period of task and status checks in a wake.
 	TaskPollInterval time.Duration
-	// KeepWarm windows keep the guest from idling out.
+	// KeepWarm windows keep the guest from idling out, and start it when
+	// they open.
 	KeepWarm []Window
+	// TimeZone is where KeepWarm's clock times are (nil: local time).
+	TimeZone *time.Location
 	// DependsOn are guests (vmids or names in the same cluster) woken
 	// first, in parallel, and kept awake while this guest is up.
 	DependsOn []string

@@ -83,6 +83,8 @@ type Guest struct {
 	// warned remembers the one-time warnings given (LXC suspend, HA
 	// containers' hard stop).
 	warned map[string]bool
+	// warmTimer fires at the next keep_warm window opening.
+	warmTimer *time.Timer
 
 	prog progress
 }
@@ -240,6 +242,7 @@ func (g *Guest) Destruct() error {
 	if g.idleTimer != nil {
 		g.idleTimer.Stop()
 	}
+	g.stopWarm()
 	for _, b := range g.bindings {
 		b.c.unsubscribe(g)
 	}

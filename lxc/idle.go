@@ -66,7 +66,7 @@ func (g *Guest) idleCheck() {
 		g.armIdleLocked(0)
 		g.mu.Unlock()
 		return
-	case inWindow(cfg.KeepWarm, now):
+	case cfg.inKeepWarm(now):
 		g.armIdleLocked(min(cfg.IdleTimeout, keepWarmRecheck))
 		g.mu.Unlock()
 		return

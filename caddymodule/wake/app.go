@@ -130,10 +130,14 @@ func (a *ProxmoxApp) Validate() error {
 	return nil
 }
 
-// Start begins node discovery and polling of every cluster.
+// Start begins node discovery and polling of every cluster, and arms the
+// guests' keep_warm starts.
 func (a *ProxmoxApp) Start() error {
 	for _, c := range a.runtimes {
 		c.Start()
+		for _, g := range c.Guests() {
+			g.ScheduleKeepWarm()
+		}
 	}
 	return nil
 }

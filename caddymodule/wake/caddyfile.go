@@ -54,7 +54,8 @@ func parseWakeCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //		task_poll_interval <duration>    # 200ms
 //		max_pending <n>
 //		mode auto|page|hold
-//		keep_warm [<days>] <HH:MM-HH:MM> # repeatable
+//		keep_warm [<days>] <HH:MM-HH:MM> # repeatable; starts the guest when it opens
+//		time_zone <IANA name>            # of keep_warm; local time by default
 //		depends_on <guest>...
 //		leave_external
 //		ignore <@matcher> | ignore { <matchers> }   # repeatable
@@ -115,11 +116,13 @@ func (m *WakeHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					m.MaxBackoff = caddy.Duration(dur)
 				}
 			}
-		case "stop_method", "address", "mode", "events_path", "tag":
+		case "stop_method", "address", "mode", "events_path", "tag", "time_zone":
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
 			switch opt {
+			case "time_zone":
+				m.TimeZone = d.Val()
 			case "tag":
 				m.Tag = d.Val()
 			case "stop_method":

@@ -195,3 +195,20 @@ func TestWakeNodesCaddyfile(t *testing.T) {
 		t.Fatal("bad MAC accepted")
 	}
 }
+
+// time_zone names an IANA zone for keep_warm.
+func TestWakeTimeZone(t *testing.T) {
+	h, err := adaptWake(t, ":8080 {\n\tproxmox_wake lab/100 {\n\t\tkeep_warm Mon-Fri 08:00-18:00\n\t\ttime_zone Europe/Paris\n\t}\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h["time_zone"] != "Europe/Paris" || !reflect.DeepEqual(h["keep_warm"], []any{"Mon-Fri 08:00-18:00"}) {
+		t.Fatalf("handler = %v", h)
+	}
+	if err := (&WakeHandler{Guest: "lab/100", TimeZone: "Europe/Paris"}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&WakeHandler{Guest: "lab/100", TimeZone: "Mars/Olympus"}).Validate(); err == nil {
+		t.Fatal("unknown zone accepted")
+	}
+}

@@ -74,8 +74,11 @@ type WakeHandler struct {
 	// page (everyone gets the page) or hold (nobody does).
 	Mode string `json:"mode,omitempty"`
 	// KeepWarm windows ("Mon-Fri 08:00-18:00") keep the guest from
-	// idling out.
+	// idling out, and start it when they open.
 	KeepWarm []string `json:"keep_warm,omitempty"`
+	// TimeZone is the IANA time zone of the keep_warm windows ("Europe/
+	// Paris"); the process's local time by default.
+	TimeZone string `json:"time_zone,omitempty"`
 	// DependsOn are guests of the same cluster woken first (in parallel)
 	// and kept up while this one is.
 	DependsOn []string `json:"depends_on,omitempty"`
@@ -159,6 +162,11 @@ func (h *WakeHandler) config() (lxc.GuestConfig, error) {
 		}
 		cfg.KeepWarm = append(cfg.KeepWarm, w)
 	}
+	loc, err := loadTimeZone(h.TimeZone)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TimeZone = loc
 	cfg = cfg.WithDefaults()
 	return cfg, cfg.Validate()
 }

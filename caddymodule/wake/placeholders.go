@@ -71,7 +71,13 @@ func (d *dynamicGuests) bind(res lxc.Resource) (*lxc.Binding, error) {
 	if d.closed {
 		return nil, errors.New("config unloaded")
 	}
-	return d.bindLocked(res.VMID, res.Tags)
+	prev := d.bound[res.VMID]
+	b, err := d.bindLocked(res.VMID, res.Tags)
+	if err == nil && (prev == nil || prev.b != b) {
+		// The app started before this guest was known.
+		b.Guest().ScheduleKeepWarm()
+	}
+	return b, err
 }
 
 func (d *dynamicGuests) bindLocked(vmid int, tags []string) (*lxc.Binding, error) {

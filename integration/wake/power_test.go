@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
@@ -68,4 +69,51 @@ func TestWakeNodeMagicPacketFromCaddy(t *testing.T) {
 	if e.sim.WakePackets("pve2") == 0 || e.sim.Calls("POST /nodes/pve2/wakeonlan") != 0 || e.sim.ActionCalls(100, "start") != 1 {
 		t.Fatalf("packets %d, calls %v", e.sim.WakePackets("pve2"), e.sim.CallCounts())
 	}
+}
+
+// keep_warm starts the guest when its window is open, without a request:
+// here Caddy starts inside the window, which is in the time zone the
+// config names. The same window in local time (hours away) starts
+// nothing.
+func TestKeepWarmStartsGuestInItsTimeZone(t *testing.T) {
+	now := time.Now()
+	_, localOff := now.Zone()
+	var zone *time.Location
+	for _, name := range []string{"Asia/Tokyo", "America/New_York", "Pacific/Kiritimati"} {
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, off := now.In(loc).Zone(); abs(off-localOff) >= 2*3600 {
+			zone = loc
+			break
+		}
+	}
+	from, to := now.In(zone).Add(-time.Minute), now.In(zone).Add(30*time.Minute)
+	window := fmt.Sprintf("%02d:%02d-%02d:%02d", from.Hour(), from.Minute(), to.Hour(), to.Minute())
+	e := newEnv(t, pvesim.GuestSpec{VMID: 100}, pvesim.GuestSpec{VMID: 101})
+	e.adminPort = testcaddy.FreePort(t)
+	e.start(
+		e.wakeSite("100", "keep_warm "+window+"\n\t\ttime_zone "+zone.String()),
+		e.site("local.test", "101", "keep_warm "+window, ""),
+	)
+	waitFor(t, 5*time.Second, "keep_warm start", func() bool { return e.info("100").State == "ready" })
+	if n := e.sim.ActionCalls(100, "start"); n != 1 {
+		t.Fatalf("start calls %d", n)
+	}
+	// Both guests were scheduled at the same moment, when the app started.
+	if n := e.sim.ActionCalls(101, "start"); n != 0 {
+		t.Fatalf("the window read in local time started guest 101 (%d)", n)
+	}
+	// Inside the window, a request is served at once.
+	if a := e.get("/"); a.code != 200 || a.header.Get("X-Proxmox-Wake") == "cold" {
+		t.Fatalf("request inside the window: %d %v", a.code, a.header)
+	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
