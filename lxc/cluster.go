@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -93,6 +94,9 @@ type Cluster struct {
 	// nodeOps are the node wakes in progress, by node (see wol.go).
 	nodeMu  sync.Mutex
 	nodeOps map[string]*nodeOp
+	// share, when set, shares activity and power ownership with other
+	// Caddy instances (see shared.go).
+	share atomic.Pointer[Share]
 }
 
 // AcquireCluster returns the runtime for cfg, shared with any config

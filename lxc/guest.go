@@ -85,6 +85,8 @@ type Guest struct {
 	warned map[string]bool
 	// warmTimer fires at the next keep_warm window opening.
 	warmTimer *time.Timer
+	// shared publishes activity to other Caddy instances.
+	shared shareState
 
 	prog progress
 }
@@ -243,6 +245,7 @@ func (g *Guest) Destruct() error {
 		g.idleTimer.Stop()
 	}
 	g.stopWarm()
+	g.stopShare()
 	for _, b := range g.bindings {
 		b.c.unsubscribe(g)
 	}
@@ -312,6 +315,7 @@ func (g *Guest) Begin(stream bool) func() {
 		g.streams++
 	}
 	g.lastActivity = time.Now()
+	g.touchShareLocked()
 	g.mu.Unlock()
 	return func() {
 		g.mu.Lock()
@@ -320,6 +324,7 @@ func (g *Guest) Begin(stream bool) func() {
 			g.streams--
 		}
 		g.lastActivity = time.Now()
+		g.touchShareLocked()
 		if g.inflight == 0 {
 			g.armIdleLocked(0)
 		}

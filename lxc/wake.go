@@ -406,8 +406,15 @@ func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error 
 		if step.action == actResume {
 			action, msg, verb = "resume", "Resuming the suspended guest", "Resuming"
 		}
+		// Other Caddy instances sharing the storage: one posts the start.
+		release, changed := g.claimStart(ctx, c, t, st)
+		if changed {
+			release()
+			continue
+		}
 		g.emit(Event{Phase: "start_task", Message: msg, Detail: fmt.Sprintf("%s %s %d on %s", verb, kindLabel(t.kind), t.vmid, t.node), Progress: 15})
 		task, err := runTask(ctx, client, t, action, cfg.TaskPollInterval, cfg.StopTimeout)
+		release()
 		if task != nil {
 			g.logger.Info(action+" task", zap.String("upid", string(task.UPID)), zap.NamedError("task_error", err),
 				zap.String("node", t.node), zap.Int("vmid", t.vmid), zap.Bool("ha", bool(st.HA.Managed)))

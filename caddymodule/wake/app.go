@@ -28,9 +28,14 @@ func init() {
 type ProxmoxApp struct {
 	// Clusters are the Proxmox VE clusters, by unique name.
 	Clusters []*PVECluster `json:"clusters,omitempty"`
+	// Share, when set, shares guests' activity and start/stop ownership
+	// with other Caddy instances through Caddy's storage.
+	Share *Share `json:"share,omitempty"`
 
 	runtimes map[string]*lxc.Cluster
 	logger   *zap.Logger
+	// share is Share on this config's storage.
+	share *lxc.Share
 }
 
 // PVECluster is how to reach one Proxmox VE cluster.
@@ -79,6 +84,7 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 	if err := lxc.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering proxmox metrics: %w", err)
 	}
+	a.share = a.Share.runtime(ctx.Storage())
 	repl := caddy.NewReplacer()
 	a.runtimes = map[string]*lxc.Cluster{}
 	for _, pc := range a.Clusters {
@@ -112,6 +118,9 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 
 // Validate checks names and settings.
 func (a *ProxmoxApp) Validate() error {
+	if err := a.Share.validate(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for _, pc := range a.Clusters {
 		if pc == nil {
@@ -134,6 +143,7 @@ func (a *ProxmoxApp) Validate() error {
 // guests' keep_warm starts.
 func (a *ProxmoxApp) Start() error {
 	for _, c := range a.runtimes {
+		c.SetShare(a.share)
 		c.Start()
 		for _, g := range c.Guests() {
 			g.ScheduleKeepWarm()

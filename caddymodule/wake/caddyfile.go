@@ -249,6 +249,9 @@ func (m *WakeHandler) FinalizeUnmarshalCaddyfile(helper httpcaddyfile.Helper) er
 // parseProxmoxGlobal sets up the proxmox app from the global option:
 //
 //	proxmox {
+//		share {                           # act as one with other Caddy instances on the same storage
+//			interval <duration>           # 10s: activity written at most this often per guest
+//		}
 //		cluster <name> {
 //			url <https://host:8006>       # repeatable: failover entry points
 //			token_id <user@realm!name>
@@ -288,8 +291,16 @@ func (a *ProxmoxApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	for d.NextBlock(0) {
+		if d.Val() == "share" {
+			s, err := unmarshalShare(d)
+			if err != nil {
+				return err
+			}
+			a.Share = s
+			continue
+		}
 		if d.Val() != "cluster" {
-			return d.Errf("unknown proxmox option '%s' (want cluster)", d.Val())
+			return d.Errf("unknown proxmox option '%s' (want cluster or share)", d.Val())
 		}
 		if !d.NextArg() {
 			return d.ArgErr()

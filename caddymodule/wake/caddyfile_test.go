@@ -212,3 +212,29 @@ func TestWakeTimeZone(t *testing.T) {
 		t.Fatal("unknown zone accepted")
 	}
 }
+
+// share adapts into the app, with or without its block.
+func TestShareCaddyfile(t *testing.T) {
+	for src, want := range map[string]string{
+		"share {\n\t\t\tinterval 5s\n\t\t}": `{"interval":5000000000}`,
+		"share":                             `{}`,
+	} {
+		raw, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte("{\n\tproxmox {\n\t\t"+src+"\n\t\tcluster lab {\n\t\t\tsimulate\n\t\t}\n\t}\n}\n:8080 {\n\trespond ok\n}"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg struct {
+			Apps struct {
+				Proxmox struct {
+					Share json.RawMessage `json:"share"`
+				} `json:"proxmox"`
+			} `json:"apps"`
+		}
+		if err := json.Unmarshal(raw, &cfg); err != nil || string(cfg.Apps.Proxmox.Share) != want {
+			t.Errorf("%q: share %s, want %s (%v)", src, cfg.Apps.Proxmox.Share, want, err)
+		}
+	}
+	if _, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte("{\n\tproxmox {\n\t\tshare {\n\t\t\tevery 5s\n\t\t}\n\t}\n}\n:8080 {\n\trespond ok\n}"), nil); err == nil {
+		t.Fatal("unknown share option accepted")
+	}
+}
