@@ -57,16 +57,19 @@ func TestShareActivityBounded(t *testing.T) {
 	g.mu.Lock()
 	last = g.lastActivity
 	g.mu.Unlock()
+	// The last request's activity gets written: by the first write if it
+	// came after them all, else by the one at the end of the interval.
 	waitFor(t, 2*time.Second, func() bool {
-		n, rec := st.count()
-		return n >= 2 && rec.LastActivity.Equal(last)
+		_, rec := st.count()
+		return rec.LastActivity.Equal(last)
 	})
-	if n, rec := st.count(); n != 2 || rec.Instance != instanceID || rec.Busy {
-		t.Fatalf("%d writes for 500 requests (want 2), last %+v", n, rec)
+	if n, rec := st.count(); n > 2 || rec.Instance != instanceID || rec.Busy {
+		t.Fatalf("%d writes for 500 requests (want at most 2), last %+v", n, rec)
 	}
 	// A stream open for three intervals: written as busy every interval.
+	before, _ := st.count()
 	end := g.Begin(true)
-	waitFor(t, 3*time.Second, func() bool { n, rec := st.count(); return n >= 5 && rec.Busy })
+	waitFor(t, 3*time.Second, func() bool { n, rec := st.count(); return n >= before+3 && rec.Busy })
 	end()
 	waitFor(t, 2*time.Second, func() bool { _, rec := st.count(); return !rec.Busy })
 }
