@@ -59,8 +59,9 @@ type PVECluster struct {
 	// RequestTimeout bounds each API call (15s).
 	RequestTimeout caddy.Duration `json:"request_timeout,omitempty"`
 	// Simulate serves the cluster from an embedded simulator with demo
-	// guests (LXC 100 "web", 101 "wiki", QEMU 200 "app"), for trying
-	// things out. It excludes urls and token.
+	// guests (LXC 100 "web", 101 "wiki", QEMU 200 "app"; wiki and app
+	// tagged caddy-wake), for trying things out. It excludes urls and
+	// token.
 	Simulate bool `json:"simulate,omitempty"`
 	// WakeNodes, when set, wakes a guest's powered-off node first.
 	WakeNodes *WakeNodes `json:"wake_nodes,omitempty"`
