@@ -109,3 +109,21 @@ func TestValidateTag(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTags: any tags value PVE could send splits and applies without a
+// panic, and an accepted result keeps the config valid or says why not.
+func FuzzTags(f *testing.F) {
+	f.Add("caddy-wake;caddy-port-8080;caddy-idle-30m")
+	f.Add("caddy-probe-http,caddy-stop-suspend caddy-wake-timeout-1h")
+	f.Add("caddy-port-;caddy--;caddy-idle--1s;caddy-idle-9999999999h")
+	f.Fuzz(func(t *testing.T, tags string) {
+		base := GuestConfig{}.WithDefaults()
+		cfg, _, err := base.WithTags(splitTags(tags), DefaultOptInTag)
+		if err != nil {
+			return
+		}
+		if cfg.Port < 1 || cfg.Port > 65535 || cfg.IdleTimeout < 0 || cfg.WakeTimeout <= 0 {
+			t.Fatalf("%q gave %+v", tags, cfg)
+		}
+	})
+}
