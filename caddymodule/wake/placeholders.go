@@ -45,6 +45,9 @@ type dynamicGuests struct {
 	mu     sync.Mutex
 	bound  map[int]*dynamicGuest
 	closed bool
+	// refused are the tags of guests whose tags make no config, logged
+	// once per set of tags rather than per request.
+	refused map[int]string
 }
 
 // dynamicGuest is one resolved guest: its binding, and the tags its
@@ -86,11 +89,15 @@ func (d *dynamicGuests) bindLocked(vmid int, tags []string) (*lxc.Binding, error
 	if cur != nil && cur.tags == sig {
 		return cur.b, nil
 	}
+	if d.refused[vmid] == sig {
+		return nil, errTagConfig
+	}
 	cfg, ignored, err := d.base.WithTags(tags, d.tag)
 	if err == nil {
 		err = cfg.Validate()
 	}
 	if err != nil {
+		d.refuseLocked(vmid, sig)
 		d.logger.Error("not serving the guest: fix its tags", zap.Int("vmid", vmid), zap.Strings("tags", tags), zap.Error(err))
 		return nil, fmt.Errorf("%w: %v", errTagConfig, err)
 	}
@@ -100,15 +107,24 @@ func (d *dynamicGuests) bindLocked(vmid int, tags []string) (*lxc.Binding, error
 	}
 	b, err := lxc.AcquireGuest(d.cluster, strconv.Itoa(vmid), cfg, d.logger)
 	if err != nil {
+		d.refuseLocked(vmid, sig)
 		d.logger.Error("not serving the guest", zap.Int("vmid", vmid), zap.Error(err))
 		return nil, fmt.Errorf("%w: %v", errTagConfig, err)
 	}
+	delete(d.refused, vmid)
 	if cur != nil {
 		_ = cur.b.Release()
 	}
 	d.bound[vmid] = &dynamicGuest{b: b, tags: sig}
 	resolvedBefore.remember(d.key(), vmid, tags)
 	return b, nil
+}
+
+func (d *dynamicGuests) refuseLocked(vmid int, sig string) {
+	if d.refused == nil {
+		d.refused = map[int]string{}
+	}
+	d.refused[vmid] = sig
 }
 
 // key names the reference across configs: same cluster, reference and tag.

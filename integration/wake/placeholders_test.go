@@ -20,6 +20,7 @@ func TestPlaceholderReferenceServesTaggedGuestsOnly(t *testing.T) {
 		pvesim.GuestSpec{VMID: 100, Name: "web", Tags: []string{"caddy-wake"}},
 		pvesim.GuestSpec{VMID: 101, Name: "db"},
 		pvesim.GuestSpec{VMID: 102, Name: "api", Port: apiPort, Tags: []string{"caddy-wake", fmt.Sprintf("caddy-port-%d", apiPort), "caddy-idle-0"}},
+		pvesim.GuestSpec{VMID: 103, Name: "bad", Tags: []string{"caddy-wake", "caddy-port-80", "caddy-port-8080"}},
 	)
 	e.adminPort = testcaddy.FreePort(t)
 	e.start(e.site("*.lab.test", "{labels.2}", "", ""))
@@ -44,6 +45,12 @@ func TestPlaceholderReferenceServesTaggedGuestsOnly(t *testing.T) {
 	}
 	if n := e.sim.CallsMatching("/lxc/101/"); n != before || e.sim.Status(101) != "stopped" {
 		t.Fatalf("untagged guest touched: %d calls, %s", n, e.sim.Status(101))
+	}
+	// Tags that disagree: refused, with the reason in the log only.
+	for i := 0; i < 2; i++ {
+		if a = e.get("/", "Host: bad.lab.test"); a.code != 503 || !strings.Contains(a.body, "misconfigured") || e.sim.ActionCalls(103, "start") != 0 {
+			t.Fatalf("bad tags: %d %s", a.code, a.body)
+		}
 	}
 	// Random names allocate nothing: the admin API still lists the two
 	// guests served.
