@@ -264,8 +264,10 @@ func (g *Guest) nodeUp(b *Binding) error {
 	if err != nil || (c.cfg.WakeNodes == nil && res.Status != "unknown") {
 		return nil
 	}
+	// Only "offline" (not a cluster member now) is a node to wake:
+	// "unknown" is a member whose pvestatd sent no data, whose API answers.
 	st, err := c.nodeStatus(ctx, res.Node)
-	if err != nil || st == "online" {
+	if err != nil || st != "offline" {
 		return nil
 	}
 	if c.cfg.WakeNodes == nil {

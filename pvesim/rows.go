@@ -90,9 +90,13 @@ func (s *Sim) resourceRowLocked(g *guest) map[string]any {
 }
 
 func (s *Sim) nodeRowLocked(n string) map[string]any {
-	if s.offLocked(n) {
+	switch {
+	case s.offLocked(n):
 		// extract_node_stats: a member that is not online, without stats.
 		return map[string]any{"id": "node/" + n, "node": n, "type": "node", "status": "offline", "level": ""}
+	case s.stale[n]:
+		// An online member without RRD data: "unknown", without stats.
+		return map[string]any{"id": "node/" + n, "node": n, "type": "node", "status": "unknown"}
 	}
 	return map[string]any{
 		"id": "node/" + n, "node": n, "type": "node", "status": "online",

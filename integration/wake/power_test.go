@@ -117,3 +117,20 @@ func abs(x int) int {
 	}
 	return x
 }
+
+// A node whose pvestatd stalled has no status ("unknown") but answers:
+// its guests wake as usual with wake_nodes set, and no packet is sent.
+func TestStaleNodeIsNoOfflineNode(t *testing.T) {
+	e := newEnv(t, pvesim.GuestSpec{VMID: 100})
+	e.clusterOpts = "wake_nodes"
+	e.start(e.wakeSite("100", longHold))
+	e.sim.SetNodeStale("pve1", true)
+	n := e.sim.Calls("GET /cluster/resources")
+	waitFor(t, 3*time.Second, "polls with unknown rows", func() bool { return e.sim.Calls("GET /cluster/resources") >= n+2 })
+	if a := e.get("/"); a.code != 200 || a.header.Get("X-Proxmox-Wake") != "cold" {
+		t.Fatalf("wake on a stale node: %d %s", a.code, a.body)
+	}
+	if e.sim.WakePackets("pve1") != 0 || e.sim.Calls("POST /nodes/pve1/wakeonlan") != 0 {
+		t.Fatal("woke a node that is up")
+	}
+}
