@@ -257,11 +257,15 @@ func (g *Guest) nodeUp(b *Binding) error {
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	if c.WaitReady(ctx) != nil {
-		return nil
+	res, polled, err := c.lookupPolled(g.ref)
+	if !polled && c.cfg.WakeNodes != nil {
+		// Caddy just started: the first poll tells where the guest is.
+		if c.WaitReady(ctx) != nil {
+			return nil
+		}
+		res, err = c.Lookup(g.ref)
 	}
-	res, err := c.Lookup(g.ref)
-	if err != nil || (c.cfg.WakeNodes == nil && res.Status != "unknown") {
+	if err != nil || res.Node == "" || (c.cfg.WakeNodes == nil && res.Status != "unknown") {
 		return nil
 	}
 	// Only "offline" (not a cluster member now) is a node to wake:
