@@ -52,6 +52,8 @@ type Proxy struct {
 	sub atomic.Pointer[subroute]
 	// metricsAPI serves metrics.k8s.io (metrics-server's aggregated API).
 	metricsAPI atomic.Pointer[http.Handler]
+	// hidden are the API groups the proxy pretends are not installed.
+	hidden atomic.Pointer[[]string]
 
 	mu          sync.Mutex
 	kubeconfigs map[string]string
@@ -148,10 +150,54 @@ func isMetricsPath(p string) bool {
 	return p == prefix || strings.HasPrefix(p, prefix+"/")
 }
 
+// HideGroup makes the proxy answer 404 for /apis/<group> and everything
+// below it, and leave the group out of GET /apis, as kube-apiserver does
+// for a group no APIService serves: with Options.VirtAPI,
+// HideGroup(SubresourceGroup) gives a view of the cluster without virt-api.
+func (p *Proxy) HideGroup(group string) {
+	for {
+		old := p.hidden.Load()
+		var groups []string
+		if old != nil {
+			groups = append(groups, *old...)
+		}
+		groups = append(groups, group)
+		if p.hidden.CompareAndSwap(old, &groups) {
+			return
+		}
+	}
+}
+
+func (p *Proxy) hiddenGroups() []string {
+	if h := p.hidden.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
+
+func (p *Proxy) isHidden(path string) bool {
+	for _, g := range p.hiddenGroups() {
+		if prefix := "/apis/" + g; path == prefix || strings.HasPrefix(path, prefix+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// notFoundBody is kube-apiserver's answer for a path nothing serves.
+const notFoundBody = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
+	`"message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}`
+
 // HasSubresources reports whether a subresource handler is installed.
 func (p *Proxy) HasSubresources() bool { return p.sub.Load() != nil }
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.isHidden(r.URL.Path) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, notFoundBody)
+		return
+	}
 	if s := p.sub.Load(); s != nil && s.match(r.URL.Path) {
 		s.h.ServeHTTP(w, r)
 		return
@@ -234,7 +280,8 @@ func writeKubeconfig(path, server string, ca []byte, user, token string) error {
 // resources (subresources are not top-level resources anyway).
 
 func (p *Proxy) augmentDiscovery(r *http.Request) bool {
-	return r.Method == http.MethodGet && r.URL.Path == "/apis" && (p.sub.Load() != nil || p.metricsAPI.Load() != nil)
+	return r.Method == http.MethodGet && r.URL.Path == "/apis" &&
+		(p.sub.Load() != nil || p.metricsAPI.Load() != nil || len(p.hiddenGroups()) > 0)
 }
 
 // prepareDiscoveryRequest asks for uncompressed JSON and no 304, so that the
@@ -273,6 +320,12 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	}
 	if p.metricsAPI.Load() != nil {
 		if nb, ok := addGroup(body, MetricsGroup, "v1beta1"); ok {
+			body = nb
+			resp.Header.Del("ETag")
+		}
+	}
+	for _, g := range p.hiddenGroups() {
+		if nb, ok := removeGroup(body, g); ok {
 			body = nb
 			resp.Header.Del("ETag")
 		}
@@ -316,6 +369,43 @@ func addGroup(body []byte, group, version string) ([]byte, bool) {
 	default:
 		return nil, false
 	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// removeGroup drops group from a discovery document (either form).
+func removeGroup(body []byte, group string) ([]byte, bool) {
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, false
+	}
+	key, nameOf := "", func(map[string]any) any { return nil }
+	switch doc["kind"] {
+	case "APIGroupList":
+		key, nameOf = "groups", func(m map[string]any) any { return m["name"] }
+	case "APIGroupDiscoveryList":
+		key, nameOf = "items", func(m map[string]any) any {
+			md, _ := m["metadata"].(map[string]any)
+			return md["name"]
+		}
+	default:
+		return nil, false
+	}
+	items, _ := doc[key].([]any)
+	keep := make([]any, 0, len(items))
+	for _, it := range items {
+		if m, _ := it.(map[string]any); m != nil && nameOf(m) == group {
+			continue
+		}
+		keep = append(keep, it)
+	}
+	if len(keep) == len(items) {
+		return nil, false
+	}
+	doc[key] = keep
 	out, err := json.Marshal(doc)
 	if err != nil {
 		return nil, false

@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -330,8 +331,10 @@ func TestEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Stop()
-		if _, err := e.KubeVirt.KubevirtV1().VirtualMachines(ns).Create(ctx,
-			&v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil {
+		if _, err := e.KubeVirt.KubevirtV1().VirtualMachines(ns).Create(ctx, &v1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: "watched"},
+			Spec:       v1.VirtualMachineSpec{Template: &v1.VirtualMachineInstanceTemplateSpec{}},
+		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		timeout := time.After(10 * time.Second)
@@ -410,13 +413,26 @@ func TestBinariesMissingInCI(t *testing.T) {
 	}
 }
 
+// TestManifests checks the generated KubeVirt manifests (kubevirt.yaml)
+// and the embedded CDI ones.
 func TestManifests(t *testing.T) {
-	crds, err := CRDs()
+	if testing.Short() && !envSet("CI") {
+		t.Skip("needs the test binaries")
+	}
+	bin, err := Binaries(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := loadKubeVirtManifests(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cdi, err := CRDs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	status := map[string]bool{}
-	for _, c := range crds {
+	for _, c := range append(append([]*unstructured.Unstructured(nil), m.crds...), cdi...) {
 		vs := c.Object["spec"].(map[string]any)["versions"].([]any)
 		_, has := vs[0].(map[string]any)["subresources"]
 		status[c.GetName()] = has
@@ -426,24 +442,51 @@ func TestManifests(t *testing.T) {
 		"virtualmachineinstancemigrations.kubevirt.io": true, "virtualmachinesnapshots.snapshot.kubevirt.io": true,
 		"virtualmachinesnapshotcontents.snapshot.kubevirt.io": true, "virtualmachinerestores.snapshot.kubevirt.io": true,
 		"virtualmachineclones.clone.kubevirt.io": true, "datavolumes.cdi.kubevirt.io": true,
-		"virtualmachineclusterinstancetypes.instancetype.kubevirt.io": false,
+		"virtualmachineclusterinstancetypes.instancetype.kubevirt.io": false, "kubevirts.kubevirt.io": true,
 	} {
 		got, ok := status[name]
 		if !ok || got != want {
 			t.Errorf("CRD %s: present %v, status subresource %v, want %v", name, ok, got, want)
 		}
 	}
+	names := map[string]bool{}
+	for _, o := range m.base {
+		names[o.GetKind()+" "+o.GetName()] = true
+	}
+	for _, o := range m.virtAPI {
+		names[o.GetKind()+" "+o.GetName()] = true
+	}
 	roles, err := ClusterRoles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
 	for _, r := range roles {
-		names[r.GetName()] = true
+		names[r.GetKind()+" "+r.GetName()] = true
 	}
-	for _, n := range []string{"kubevirt.io:admin", "kubevirt.io:edit", "kubevirt.io:view", "kubevirt.io:migrate"} {
+	for _, n := range []string{"ClusterRole kubevirt.io:admin", "ClusterRole kubevirt.io:edit", "ClusterRole kubevirt.io:view",
+		"ClusterRole kubevirt.io:migrate", "ClusterRole cdi.kubevirt.io:edit",
+		"ServiceAccount " + VirtAPIServiceAccount, "ServiceAccount " + VirtControllerServiceAccount,
+		"ServiceAccount " + VirtHandlerServiceAccount, "Service virt-api",
+		"APIService v1.subresources.kubevirt.io", "APIService v1alpha3.subresources.kubevirt.io",
+		"ValidatingWebhookConfiguration virt-api-validator", "MutatingWebhookConfiguration virt-api-mutator"} {
 		if !names[n] {
-			t.Errorf("ClusterRole %s missing", n)
+			t.Errorf("%s missing", n)
+		}
+	}
+	routed, err := routeToVirtAPI(m.virtAPI, 12345, []byte("ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range routed {
+		if o.GetKind() != "ValidatingWebhookConfiguration" && o.GetKind() != "MutatingWebhookConfiguration" {
+			continue
+		}
+		hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		for _, h := range hooks {
+			url, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "url")
+			if !strings.HasPrefix(url, "https://127.0.0.1:12345/") {
+				t.Errorf("%s webhook %v: url %q", o.GetName(), h.(map[string]any)["name"], url)
+			}
 		}
 	}
 }
