@@ -87,6 +87,11 @@ func (s *ConsoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, notFound())
 		return
 	}
+	s.serve(w, r, ns, name, kind)
+}
+
+// serve runs a console session of kind (vnc or console) with the VMI ns/name.
+func (s *ConsoleServer) serve(w http.ResponseWriter, r *http.Request, ns, name, kind string) {
 	if r.Method != http.MethodGet {
 		writeStatus(w, methodNotAllowed(r.Method))
 		return
