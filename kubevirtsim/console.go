@@ -47,6 +47,8 @@ const (
 // connection ends the previous one.
 type ConsoleServer struct {
 	kv kubevirt.Interface
+	// getVMI reads a VMI; nil: a GET with kv.
+	getVMI func(ctx context.Context, ns, name string) (*virtv1.VirtualMachineInstance, error)
 
 	mu     sync.Mutex
 	active map[string]*websocket.Conn
@@ -96,7 +98,13 @@ func (s *ConsoleServer) serve(w http.ResponseWriter, r *http.Request, ns, name, 
 		writeStatus(w, methodNotAllowed(r.Method))
 		return
 	}
-	vmi, err := s.kv.KubevirtV1().VirtualMachineInstances(ns).Get(r.Context(), name, metav1.GetOptions{})
+	get := s.getVMI
+	if get == nil {
+		get = func(ctx context.Context, ns, name string) (*virtv1.VirtualMachineInstance, error) {
+			return s.kv.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+	}
+	vmi, err := get(r.Context(), ns, name)
 	if err != nil {
 		writeStatus(w, err)
 		return

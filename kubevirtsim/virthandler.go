@@ -1,11 +1,15 @@
 package kubevirtsim
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/util/retry"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
 )
@@ -25,15 +29,48 @@ import (
 // counters. The streams are those of ConsoleServer: an echo TTY and a
 // scripted RFB server, one session per VMI and kind.
 //
+// Like virt-handler, which reads VMIs from its informer, it only lists,
+// watches, updates and patches VMIs: virt-handler's ClusterRole has no get.
+//
 // Other handler routes (freeze, guest agent queries, screenshots, usbredir,
 // vsock, SEV, backups) answer 404, so virt-api reports them as failed.
 func NewVirtHandler(kv kubevirt.Interface) http.Handler {
-	return &virtHandler{sub: &Subresources{KV: kv}, console: NewConsoleServer(kv)}
+	h := &virtHandler{kv: kv, console: NewConsoleServer(kv)}
+	h.console.getVMI = h.getVMI
+	return h
 }
 
 type virtHandler struct {
-	sub     *Subresources
+	kv      kubevirt.Interface
 	console *ConsoleServer
+}
+
+// getVMI reads a VMI with a list by name.
+func (h *virtHandler) getVMI(ctx context.Context, ns, name string) (*virtv1.VirtualMachineInstance, error) {
+	list, err := h.kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(list.Items) == 0 {
+		return nil, apierrors.NewNotFound(vmiGroupResource, name)
+	}
+	return &list.Items[0], nil
+}
+
+// updateVMI applies mutate to the current VMI and writes it back, retrying
+// on conflicts.
+func (h *virtHandler) updateVMI(ctx context.Context, ns, name string, mutate func(*virtv1.VirtualMachineInstance)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vmi, err := h.getVMI(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		mutate(vmi)
+		_, err = h.kv.KubevirtV1().VirtualMachineInstances(ns).Update(ctx, vmi, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // parseHandlerPath splits /v1/namespaces/{ns}/virtualmachineinstances/{name}/{action}.
@@ -52,31 +89,19 @@ func (h *virtHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, notFound())
 		return
 	}
-	var mutate func(*virtv1.VirtualMachineInstance) (bool, error)
+	var mutate func(*virtv1.VirtualMachineInstance)
 	switch action {
 	case "console", "vnc":
 		h.console.serve(w, r, ns, name, action)
 		return
 	case "pause":
-		mutate = func(vmi *virtv1.VirtualMachineInstance) (bool, error) {
-			setPaused(vmi, true, time.Now())
-			return true, nil
-		}
+		mutate = func(vmi *virtv1.VirtualMachineInstance) { setPaused(vmi, true, time.Now()) }
 	case "unpause":
-		mutate = func(vmi *virtv1.VirtualMachineInstance) (bool, error) {
-			setPaused(vmi, false, time.Now())
-			return true, nil
-		}
+		mutate = func(vmi *virtv1.VirtualMachineInstance) { setPaused(vmi, false, time.Now()) }
 	case "softreboot":
-		mutate = func(vmi *virtv1.VirtualMachineInstance) (bool, error) {
-			bumpAnnotation(vmi, AnnotationReboots)
-			return true, nil
-		}
+		mutate = func(vmi *virtv1.VirtualMachineInstance) { bumpAnnotation(vmi, AnnotationReboots) }
 	case "reset":
-		mutate = func(vmi *virtv1.VirtualMachineInstance) (bool, error) {
-			bumpAnnotation(vmi, AnnotationResets)
-			return true, nil
-		}
+		mutate = func(vmi *virtv1.VirtualMachineInstance) { bumpAnnotation(vmi, AnnotationResets) }
 	default:
 		writeStatus(w, notFound())
 		return
@@ -85,7 +110,7 @@ func (h *virtHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, methodNotAllowed(r.Method))
 		return
 	}
-	if err := h.sub.updateVMI(r.Context(), ns, name, mutate); err != nil {
+	if err := h.updateVMI(r.Context(), ns, name, mutate); err != nil {
 		if !apierrors.IsNotFound(err) {
 			err = apierrors.NewInternalError(err)
 		}
