@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of caddy-proxmox on a fresh machine: installs what the
-# tests need (Debian's python3-proxmoxer, python3-websockets and ansible,
-# the kube-apiserver and etcd built from the Go module proxy), builds
-# ./caddy, then vets, tests and briefly fuzzes.
+# tests need (Debian's python3-proxmoxer, python3-websockets and ansible;
+# kube-apiserver, etcd and KubeVirt's virt-api built from the Go module
+# proxy), builds ./caddy, then vets, tests and briefly fuzzes.
 #
 #   ./test.sh              everything
 #   FUZZTIME=10s ./test.sh longer fuzzing

@@ -9,9 +9,11 @@
 #   kubevirt.yaml             what virt-operator installs for virt-api,
 #                             printed by tools/kubevirt/manifests from
 #                             KubeVirt's own install strategy
+#   cdi.yaml                  CDI v1.64.0's CRDs, printed by tools/cdi/crds
+#                             from CDI's own generated CRDs
 #
 # kube-apiserver and etcd are cached under k8s-<v>-etcd-<v>/, KubeVirt's
-# binaries under kubevirt-<v>-<hash of tools/kubevirt>/ (so that worktrees
+# and CDI's under kubevirt-<v>-<hash of tools/kubevirt and tools/cdi>/ (so that worktrees
 # with different generators sharing the cache do not clash); the printed
 # folder links both. A second run is instant.
 #
@@ -27,22 +29,25 @@ here=$(cd "$(dirname "$0")" && pwd)
 k8s=v1.37.2
 etcd=v3.7.0
 kubevirt=v1.8.0
+cdi=v1.64.0
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/caddy-proxmox/testbin
 kvtools=$here/tools/kubevirt
-kvhash=$(cd "$kvtools" && cat go.mod go.sum $(find . -name '*.go' | LC_ALL=C sort) | sha256sum | cut -c1-12)
+cditools=$here/tools/cdi
+kvhash=$(cd "$here/tools" && cat kubevirt/go.mod kubevirt/go.sum cdi/go.mod cdi/go.sum \
+	$(find kubevirt cdi -name '*.go' | LC_ALL=C sort) | sha256sum | cut -c1-12)
 if [ -n "${CADDY_PROXMOX_TESTBIN:-}" ]; then
 	out=$CADDY_PROXMOX_TESTBIN
 	k8sdir=$out
 	kvdir=$out
 else
 	k8sdir=$cache/k8s-$k8s-etcd-$etcd
-	kvdir=$cache/kubevirt-$kubevirt-$kvhash
-	out=$cache/set-k8s-$k8s-etcd-$etcd-kubevirt-$kubevirt-$kvhash
+	kvdir=$cache/kubevirt-$kubevirt-cdi-$cdi-$kvhash
+	out=$cache/set-k8s-$k8s-etcd-$etcd-kubevirt-$kubevirt-cdi-$cdi-$kvhash
 fi
 have() {
 	local f
 	for f in kube-apiserver etcd virt-api virt-controller; do [ -x "$out/$f" ] || return 1; done
-	[ -s "$out/kubevirt.yaml" ]
+	[ -s "$out/kubevirt.yaml" ] && [ -s "$out/cdi.yaml" ]
 }
 if [ "${1:-}" = "--check" ]; then
 	if have; then echo "$out"; exit 0; fi
@@ -95,9 +100,15 @@ if [ ! -s "$kvdir/kubevirt.yaml" ]; then
 	"$kvdir/manifests" >"$kvdir/kubevirt.yaml.tmp" 2>"$kvdir/manifests.log" || { cat "$kvdir/manifests.log" >&2; exit 1; }
 	mv "$kvdir/kubevirt.yaml.tmp" "$kvdir/kubevirt.yaml"
 fi
+if [ ! -s "$kvdir/cdi.yaml" ]; then
+	timed "CDI's CRDs" bash -c "cd '$cditools' && CGO_ENABLED=0 GOFLAGS=-mod=mod \
+		GONOSUMDB=kubevirt.io/containerized-data-importer go build -trimpath -o '$kvdir/cdi-crds' ./crds"
+	"$kvdir/cdi-crds" >"$kvdir/cdi.yaml.tmp"
+	mv "$kvdir/cdi.yaml.tmp" "$kvdir/cdi.yaml"
+fi
 if [ "$out" != "$kvdir" ]; then
 	for f in kube-apiserver etcd; do ln -sfn "$k8sdir/$f" "$out/$f"; done
-	for f in virt-api virt-controller kubevirt.yaml; do ln -sfn "$kvdir/$f" "$out/$f"; done
+	for f in virt-api virt-controller kubevirt.yaml cdi.yaml; do ln -sfn "$kvdir/$f" "$out/$f"; done
 fi
 have || { echo "build-binaries.sh: $out is incomplete" >&2; exit 1; }
 echo "$out"

@@ -21,20 +21,14 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// CDI's CRDs and ClusterRoles are still written by hand (crds/, rbac/):
-// KubeVirt's come from its own install strategy (kubevirt.go).
-
-//go:embed crds/*.yaml
-var crdFS embed.FS
+// CDI's ClusterRoles are still written by hand (rbac/): KubeVirt's come
+// from its own install strategy, and the CRDs of both from their projects'
+// own generators (kubevirt.go).
 
 //go:embed rbac/*.yaml
 var rbacFS embed.FS
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
-// CRDs returns fresh copies of the embedded CRDs (CDI's DataVolume, with a
-// loose schema).
-func CRDs() ([]*unstructured.Unstructured, error) { return decodeDir(crdFS, "crds") }
 
 // ClusterRoles returns fresh copies of the embedded ClusterRoles
 // (cdi.kubevirt.io:{admin,edit,view}).

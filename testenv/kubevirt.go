@@ -33,6 +33,9 @@ const (
 	// KubeVirtManifestFile is the name of the generated manifests in the
 	// binaries folder.
 	KubeVirtManifestFile = "kubevirt.yaml"
+	// CDIManifestFile holds CDI's CRDs, generated from CDI's own
+	// (build-binaries.sh, tools/cdi).
+	CDIManifestFile = "cdi.yaml"
 	// KubeVirtCRName is the name of the KubeVirt custom resource.
 	KubeVirtCRName = "kubevirt"
 
@@ -47,7 +50,7 @@ const (
 // kubevirtManifests holds the generated objects, sorted by when testenv
 // installs them.
 type kubevirtManifests struct {
-	// crds: the CustomResourceDefinitions.
+	// crds: the CustomResourceDefinitions, KubeVirt's and CDI's.
 	crds []*unstructured.Unstructured
 	// base: the namespace, service accounts and RBAC, installed with or
 	// without virt-api.
@@ -60,17 +63,23 @@ type kubevirtManifests struct {
 	after []*unstructured.Unstructured
 }
 
-// loadKubeVirtManifests reads KubeVirtManifestFile from the binaries folder.
+// loadKubeVirtManifests reads KubeVirtManifestFile and CDIManifestFile
+// from the binaries folder.
 func loadKubeVirtManifests(binDir string) (*kubevirtManifests, error) {
+	var objs []*unstructured.Unstructured
+	for _, name := range []string{KubeVirtManifestFile, CDIManifestFile} {
+		path := filepath.Join(binDir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("testenv: generated manifests: %w (run build-binaries.sh)", err)
+		}
+		o, err := decodeYAML(b)
+		if err != nil {
+			return nil, fmt.Errorf("testenv: %s: %w", path, err)
+		}
+		objs = append(objs, o...)
+	}
 	path := filepath.Join(binDir, KubeVirtManifestFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("testenv: KubeVirt manifests: %w (run build-binaries.sh)", err)
-	}
-	objs, err := decodeYAML(b)
-	if err != nil {
-		return nil, fmt.Errorf("testenv: %s: %w", path, err)
-	}
 	m := &kubevirtManifests{}
 	for _, o := range objs {
 		switch o.GetKind() {

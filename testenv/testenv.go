@@ -12,8 +12,8 @@
 // What the cluster has: RBAC with static tokens (Options.Users); KubeVirt's
 // CRDs with their schemas, service accounts, ClusterRoles and bindings,
 // generated from KubeVirt's own install strategy (build-binaries.sh prints
-// them into kubevirt.yaml); CDI's DataVolume CRD and ClusterRoles with loose
-// schemas (crds/, rbac/); the aggregation layer (front-proxy CA and
+// them into kubevirt.yaml); CDI's CRDs, from CDI's own (cdi.yaml); CDI's
+// ClusterRoles, written by hand (rbac/); the aggregation layer (front-proxy CA and
 // client certificate); optionally Nodes and StorageClasses (Options.Seed).
 // With Options.VirtAPI: virt-api itself, its webhooks, APIServices and
 // KubeVirt CR, and a stand-in virt-handler behind it
@@ -30,7 +30,7 @@
 // Environment variables:
 //
 //	CADDY_PROXMOX_TESTBIN          folder holding kube-apiserver, etcd,
-//	                               virt-api and kubevirt.yaml
+//	                               virt-api, kubevirt.yaml and cdi.yaml
 //	CI                             if set, missing binaries fail the tests
 //	                               (they are not built inside go test)
 //	CADDY_PROXMOX_TESTENV_VERBOSE  copy etcd/kube-apiserver/virt-api output
@@ -334,11 +334,7 @@ func (e *Env) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cdiCRDs, err := CRDs()
-	if err != nil {
-		return err
-	}
-	crds := append(append([]*unstructured.Unstructured(nil), kv.crds...), cdiCRDs...)
+	crds := kv.crds
 	tProc := time.Now()
 	var dyn dynamic.Interface
 	var crdsCreated chan error
@@ -857,8 +853,8 @@ func Binaries(ctx context.Context, log *zap.Logger) (string, error) {
 	}
 	d := strings.TrimSpace(string(out))
 	if !hasBinaries(d) {
-		return "", fmt.Errorf("testenv: %s printed %q, which lacks some of %s and %s", script, d,
-			strings.Join(binaryNames, ", "), KubeVirtManifestFile)
+		return "", fmt.Errorf("testenv: %s printed %q, which lacks some of %s, %s and %s", script, d,
+			strings.Join(binaryNames, ", "), KubeVirtManifestFile, CDIManifestFile)
 	}
 	binDir = d
 	return d, nil
@@ -875,8 +871,13 @@ func hasBinaries(dir string) bool {
 			return false
 		}
 	}
-	st, err := os.Stat(filepath.Join(dir, KubeVirtManifestFile))
-	return err == nil && st.Size() > 0
+	for _, name := range []string{KubeVirtManifestFile, CDIManifestFile} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.Size() == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // findScript locates build-binaries.sh next to this source file, or, for
