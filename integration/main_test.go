@@ -69,7 +69,7 @@ func TestMain(m *testing.M) {
 		},
 	}, func(e *testenv.Env) int {
 		env = e
-		noVirtAPI, err := e.NewProxy(nil, nil)
+		noVirtAPI, err := e.NewProxy()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fallback proxy:", err)
 			return 1

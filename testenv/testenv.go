@@ -139,21 +139,6 @@ type Options struct {
 	// a virt-handler to reach.
 	NewVirtHandler func(e *Env) http.Handler
 
-	// Subresources serves the paths for which IsSubresourcePath returns
-	// true (default DefaultIsSubresourcePath) in the front proxy, playing
-	// virt-api without VirtAPI. If both Subresources and NewSubresources
-	// are nil and VirtAPI is off, /apis/subresources.kubevirt.io/... reach
-	// kube-apiserver and 404, which is the plugin's fallback case.
-	Subresources http.Handler
-	// NewSubresources builds the handler once the Env's clients exist
-	// (takes precedence over Subresources), e.g.
-	//   func(e *testenv.Env) http.Handler {
-	//       return kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, e.Authorize)
-	//   }
-	NewSubresources func(e *Env) http.Handler
-	// IsSubresourcePath selects the paths that go to the handler.
-	IsSubresourcePath func(path string) bool
-
 	// StartTimeout bounds the start after the binaries are found
 	// (default 2 minutes).
 	StartTimeout time.Duration
@@ -247,9 +232,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if !opts.VirtAPI && (len(opts.FeatureGates) > 0 || opts.NewVirtHandler != nil) {
 		return nil, errors.New("testenv: FeatureGates and NewVirtHandler need VirtAPI")
 	}
-	if opts.VirtAPI && (opts.Subresources != nil || opts.NewSubresources != nil) {
-		return nil, errors.New("testenv: VirtAPI serves subresources.kubevirt.io; Subresources and NewSubresources are for a cluster without it")
-	}
+
 	bin := opts.BinDir
 	if bin == "" {
 		var err error
@@ -414,9 +397,8 @@ func (e *Env) start(ctx context.Context) error {
 	}
 	dVirtAPI := time.Since(tVirtAPI)
 
-	// The front proxy, the clients that go through it, then the
-	// subresource handler (whose factory may use all of them).
-	if e.Proxy, err = e.NewProxy(nil, nil); err != nil {
+	// The front proxy and the clients that go through it.
+	if e.Proxy, err = e.NewProxy(); err != nil {
 		return err
 	}
 	e.ProxyURL = e.Proxy.URL
@@ -431,11 +413,6 @@ func (e *Env) start(ctx context.Context) error {
 		return err
 	}
 	e.Kubeconfig = e.Proxy.Kubeconfig(AdminUser)
-	sub := e.opts.Subresources
-	if e.opts.NewSubresources != nil {
-		sub = e.opts.NewSubresources(e)
-	}
-	e.Proxy.SetSubresources(sub, e.opts.IsSubresourcePath)
 
 	// Creates of custom resources are delayed by 2 s right after their CRD
 	// is established (see InstallCRDs); wait that out here, once.

@@ -212,7 +212,7 @@ func TestVirtAPI(t *testing.T) {
 	})
 
 	t.Run("a view without virt-api", func(t *testing.T) {
-		p, err := e.NewProxy(nil, nil)
+		p, err := e.NewProxy()
 		if err != nil {
 			t.Fatal(err)
 		}
