@@ -54,7 +54,8 @@ if [ "${1:-}" = "--check" ]; then
 	echo "test binaries not built in $out; run $0" >&2
 	exit 1
 fi
-have && { echo "$out"; exit 0; }
+# The folders' times say when a run last used them (see the clean-up below).
+have && { touch "$out" "$kvdir" 2>/dev/null || true; echo "$out"; exit 0; }
 mkdir -p "$k8sdir" "$kvdir" "$out"
 # lock DIR FD: holds DIR/.build.lock on file descriptor FD until the script exits.
 lock() {
@@ -107,6 +108,11 @@ if [ ! -s "$kvdir/cdi.yaml" ]; then
 	mv "$kvdir/cdi.yaml.tmp" "$kvdir/cdi.yaml"
 fi
 if [ "$out" != "$kvdir" ]; then
+	# Each change of tools/ gets its own folder (~200 MB); drop the ones no
+	# run has used for two weeks.
+	find "$cache" -mindepth 1 -maxdepth 1 \( -name 'kubevirt-*' -o -name 'set-*' \) -mtime +14 \
+		! -path "$kvdir" ! -path "$out" -exec rm -rf {} + 2>/dev/null || true
+	touch "$kvdir" "$out"
 	for f in kube-apiserver etcd; do ln -sfn "$k8sdir/$f" "$out/$f"; done
 	for f in virt-api virt-controller kubevirt.yaml cdi.yaml; do ln -sfn "$kvdir/$f" "$out/$f"; done
 fi
