@@ -52,27 +52,7 @@ func (e *Env) startVirtAPI(ctx context.Context, m *kubevirtManifests) error {
 	if err != nil {
 		return err
 	}
-	// virt-api reloads its certificates on every change in their folder,
-	// which must therefore not be Dir, where the logs grow.
-	certDir := filepath.Join(e.Dir, "virt-api-certs")
-	if err := os.Mkdir(certDir, 0o700); err != nil {
-		return err
-	}
-	servingCert, servingKey, err := e.pki.ca.signFiles(certDir, "virt-api", leaf{
-		cn:    "virt-api." + KubeVirtNamespace + ".pod.cluster.local",
-		usage: x509.ExtKeyUsageServerAuth,
-		dns: []string{"virt-api", "virt-api." + KubeVirtNamespace, "virt-api." + KubeVirtNamespace + ".svc",
-			"virt-api." + KubeVirtNamespace + ".svc.cluster.local", "localhost"},
-		ips: []net.IP{net.IPv4(127, 0, 0, 1)},
-	})
-	if err != nil {
-		return err
-	}
-	// virt-api's client certificate towards virt-handler (secret
-	// kubevirt-virt-handler-certs in a real install).
-	handlerCert, handlerKey, err := e.pki.kubevirt.signFiles(certDir, "handler-client", leaf{
-		cn: "kubevirt.io:system:client:virt-handler", usage: x509.ExtKeyUsageClientAuth,
-	})
+	certs, err := e.virtAPICerts()
 	if err != nil {
 		return err
 	}
@@ -97,25 +77,7 @@ func (e *Env) startVirtAPI(ctx context.Context, m *kubevirtManifests) error {
 			return err
 		}
 	}
-	args := []string{
-		"--kubeconfig=" + kubeconfig,
-		"--listen=127.0.0.1",
-		"--port=" + strconv.Itoa(v.port),
-		"--tls-cert-file=" + servingCert,
-		"--tls-key-file=" + servingKey,
-		"--handler-cert-file=" + handlerCert,
-		"--handler-key-file=" + handlerKey,
-		"--console-server-port=" + strconv.Itoa(v.handlerPort),
-		"--ca-configmap-name=kubevirt-ca",
-	}
-	var tee io.Writer
-	if envSet(EnvVerbose) {
-		tee = os.Stderr
-	}
-	// virt-api keeps a temp dir of its own ("certsdir"): inside Dir it goes
-	// with the Env.
-	v.proc, err = startProcess("virt-api", filepath.Join(e.BinDir, "virt-api"), args, e.Dir, tee, "TMPDIR="+e.Dir)
-	if err != nil {
+	if err := e.runVirtAPI(v, kubeconfig, certs); err != nil {
 		return err
 	}
 	e.VirtAPIURL = "https://127.0.0.1:" + strconv.Itoa(v.port)
@@ -138,6 +100,60 @@ func (e *Env) startVirtAPI(ctx context.Context, m *kubevirtManifests) error {
 	// virt-operator creates the common instancetypes once virt-api runs,
 	// so they pass its webhooks.
 	return apply(ctx, e.directDynamic, m.after)
+}
+
+// runVirtAPI starts the virt-api process, with the flags its Deployment
+// gets from virt-operator, pointed at this Env.
+func (e *Env) runVirtAPI(v *virtAPI, kubeconfig string, certs virtAPIFiles) error {
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--listen=127.0.0.1",
+		"--port=" + strconv.Itoa(v.port),
+		"--tls-cert-file=" + certs.servingCert,
+		"--tls-key-file=" + certs.servingKey,
+		"--handler-cert-file=" + certs.handlerCert,
+		"--handler-key-file=" + certs.handlerKey,
+		"--console-server-port=" + strconv.Itoa(v.handlerPort),
+		"--ca-configmap-name=kubevirt-ca",
+	}
+	var tee io.Writer
+	if envSet(EnvVerbose) {
+		tee = os.Stderr
+	}
+	// virt-api keeps a temp dir of its own ("certsdir"): inside Dir it goes
+	// with the Env.
+	var err error
+	v.proc, err = startProcess("virt-api", filepath.Join(e.BinDir, "virt-api"), args, e.Dir, tee, "TMPDIR="+e.Dir)
+	return err
+}
+
+// virtAPIFiles are the certificate files virt-api is started with.
+type virtAPIFiles struct{ servingCert, servingKey, handlerCert, handlerKey string }
+
+// virtAPICerts issues virt-api's serving certificate (for the webhooks'
+// URL and the aggregator, which checks virt-api.kubevirt.svc) and its
+// client certificate towards virt-handler (secret
+// kubevirt-virt-handler-certs in a real install).
+func (e *Env) virtAPICerts() (f virtAPIFiles, err error) {
+	// virt-api reloads its certificates on every change in their folder,
+	// which must therefore not be Dir, where the logs grow.
+	dir := filepath.Join(e.Dir, "virt-api-certs")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return f, err
+	}
+	svc := "virt-api." + KubeVirtNamespace
+	f.servingCert, f.servingKey, err = e.pki.ca.signFiles(dir, "virt-api", leaf{
+		cn: svc + ".pod.cluster.local", usage: x509.ExtKeyUsageServerAuth,
+		dns: []string{"virt-api", svc, svc + ".svc", svc + ".svc.cluster.local", "localhost"},
+		ips: []net.IP{net.IPv4(127, 0, 0, 1)},
+	})
+	if err != nil {
+		return f, err
+	}
+	f.handlerCert, f.handlerKey, err = e.pki.kubevirt.signFiles(dir, "handler-client", leaf{
+		cn: "kubevirt.io:system:client:virt-handler", usage: x509.ExtKeyUsageClientAuth,
+	})
+	return f, err
 }
 
 // waitVirtAPIServing waits until virt-api answers on its port; it starts
