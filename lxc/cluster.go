@@ -31,6 +31,8 @@ type Resource struct {
 	// not in HA; "ignored" when in HA's config but managed directly).
 	HAState  string `json:"hastate,omitempty"`
 	Template bool   `json:"template,omitempty"`
+	// Usage is what pvestatd last measured (busy.go).
+	Usage Usage `json:"-"`
 }
 
 // obs is the part of the row that, when it changes, ends a failed wake's
@@ -54,6 +56,7 @@ type resourceRow struct {
 	Lock     string      `json:"lock"`
 	HAState  string      `json:"hastate"`
 	Template *pveBool    `json:"template"`
+	usageRow
 }
 
 // Cluster is the runtime of one configured cluster: its client, its nodes
@@ -86,6 +89,8 @@ type Cluster struct {
 	described bool
 	subs      map[*Guest]struct{}
 	simKey    string
+	// notify are the lifecycle event receivers (notify.go).
+	notify notifiers
 }
 
 // AcquireCluster returns the runtime for cfg, shared with any config
@@ -305,6 +310,7 @@ func indexRows(rows []resourceRow, prev map[int]Resource) (byVMID map[int]Resour
 			continue
 		}
 		res := Resource{VMID: int(id), Kind: r.Type, Node: r.Node, Name: r.Name, Status: r.Status, Lock: r.Lock, HAState: r.HAState}
+		res.Usage = r.usage()
 		if r.Template != nil {
 			res.Template = bool(*r.Template)
 		}
