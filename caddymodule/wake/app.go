@@ -24,13 +24,16 @@ func init() {
 // proxmox_wake handler wakes guests on. Each cluster is polled once per
 // poll_interval with one /cluster/resources call, whatever the number of
 // guests. Provisioning only builds clients; nothing is contacted, and no
-// guest is ever started or stopped, before Start.
+// guest is ever started or stopped, before Start. The guests' wakes,
+// readiness, failures and sleeps are Caddy events (see appEvents).
 type ProxmoxApp struct {
 	// Clusters are the Proxmox VE clusters, by unique name.
 	Clusters []*PVECluster `json:"clusters,omitempty"`
 
 	runtimes map[string]*lxc.Cluster
 	logger   *zap.Logger
+	// events emits the guests' lifecycle as Caddy events (events.go).
+	events appEvents
 }
 
 // PVECluster is how to reach one Proxmox VE cluster.
@@ -76,6 +79,9 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 	}
 	if err := lxc.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering proxmox metrics: %w", err)
+	}
+	if err := a.events.provision(ctx); err != nil {
+		return err
 	}
 	repl := caddy.NewReplacer()
 	a.runtimes = map[string]*lxc.Cluster{}
@@ -129,18 +135,23 @@ func (a *ProxmoxApp) Validate() error {
 
 // Start begins node discovery and polling of every cluster.
 func (a *ProxmoxApp) Start() error {
+	a.events.start(a.runtimes)
 	for _, c := range a.runtimes {
 		c.Start()
 	}
 	return nil
 }
 
-// Stop does nothing: the runtimes are shared with the next config and
-// end in Cleanup when no config uses them any more.
-func (a *ProxmoxApp) Stop() error { return nil }
+// Stop ends this config's events; the runtimes are shared with the next
+// config and end in Cleanup when no config uses them any more.
+func (a *ProxmoxApp) Stop() error {
+	a.events.stop()
+	return nil
+}
 
 // Cleanup releases this config's hold on the cluster runtimes.
 func (a *ProxmoxApp) Cleanup() error {
+	a.events.stop()
 	for name, c := range a.runtimes {
 		_ = c.Release()
 		delete(a.runtimes, name)
