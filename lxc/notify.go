@@ -1,6 +1,7 @@
 package lxc
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -76,6 +77,12 @@ func (g *Guest) notify(name string, extra map[string]any) {
 	if n == nil {
 		return
 	}
+	if t.vmid == 0 {
+		// Not woken or seen yet: the last poll knows where it is.
+		if res, err := c.Lookup(g.ref); err == nil {
+			t, pveName = target{node: res.Node, kind: res.Kind, vmid: res.VMID}, res.Name
+		}
+	}
 	if pveName == "" {
 		pveName = g.ref
 	}
@@ -88,6 +95,21 @@ func (g *Guest) notify(name string, extra map[string]any) {
 	}
 	n(name, data)
 }
+
+// notifyWaking sends guest_waking. A wake that begins before the
+// cluster's first poll (a request right after Caddy started) waits a
+// moment for it, so that the event can say which guest it is.
+func (g *Guest) notifyWaking(op *WakeOp, c *Cluster) {
+	if c != nil && c.notifier() != nil {
+		ctx, cancel := context.WithTimeout(g.ctx, firstPollWait)
+		_ = c.WaitReady(ctx)
+		cancel()
+	}
+	g.notify(EventWaking, map[string]any{"reason": op.reason})
+}
+
+// firstPollWait bounds notifyWaking's wait for the first poll.
+const firstPollWait = time.Second
 
 // notifyWakeEnd sends guest_ready or guest_wake_failed.
 func (g *Guest) notifyWakeEnd(err error, elapsed time.Duration) {

@@ -147,7 +147,7 @@ func (g *Guest) WaitReady(ctx context.Context) error {
 
 // runWake runs one wake to its end and publishes the outcome.
 func (g *Guest) runWake(op *WakeOp, b *Binding) {
-	g.notify(EventWaking, map[string]any{"reason": op.reason})
+	g.notifyWaking(op, b.c)
 	cfg := b.cfg
 	ctx, cancel := context.WithTimeout(g.ctx, cfg.WakeTimeout)
 	defer cancel()
