@@ -2,6 +2,7 @@ package wake
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -121,15 +122,34 @@ func (m *WakeHandler) unmarshalMore(d *caddyfile.Dispenser, opt string) (known b
 }
 
 // beginActivity counts the request as activity until end is called. With
-// stream_idle_timeout, a websocket or event stream is watched: w is
-// wrapped to see its bytes, both ways once upgraded.
+// stream_idle_timeout, a websocket or event stream is watched: w and the
+// request body are wrapped to see its bytes, and so is the connection
+// of an upgrade. A CONNECT is a stream too (a websocket over HTTP/2 or
+// HTTP/3, whose client bytes come in the body).
 func (h *WakeHandler) beginActivity(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, func()) {
-	stream := isStream(r)
+	stream := isStream(r) || r.Method == http.MethodConnect
 	if !stream || h.StreamIdleTimeout <= 0 {
 		return w, h.guest.Begin(stream)
 	}
 	s, end := h.guest.BeginStream()
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &streamBody{ReadCloser: r.Body, s: s}
+	}
 	return &streamWriter{ResponseWriter: w, s: s}, end
+}
+
+// streamBody notes the bytes a client sends on a watched stream.
+type streamBody struct {
+	io.ReadCloser
+	s *lxc.StreamActivity
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.s.Touch()
+	}
+	return n, err
 }
 
 // streamWriter notes the traffic of a watched stream. It passes Flush

@@ -3,6 +3,7 @@ package wake
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -191,6 +192,33 @@ func TestStreamIdleTimeout(t *testing.T) {
 	waitFor(t, 3*time.Second, "the silent stream in flight", func() bool { return e.sim.Status(100) == "running" && e.sim.Serving(100) })
 	waitFor(t, 5*time.Second, "stop with a silent event stream open", func() bool { return e.sim.ActionCalls(100, "shutdown") == 2 })
 	<-quiet
+
+	// A stream whose client sends (a request body dribbling in) is not
+	// silent either, though nothing comes back.
+	pr, pw := io.Pipe()
+	upload := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e.base+"/sleep?d=20s", pr)
+		req.Header.Set("Accept", "text/event-stream")
+		res, err := client.Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		upload <- err
+	}()
+	waitFor(t, 3*time.Second, "the guest woken by the upload", func() bool { return e.sim.Serving(100) })
+	for i := 0; i < 16; i++ {
+		if _, err := pw.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := e.sim.ActionCalls(100, "shutdown"); n != 2 || e.sim.Status(100) != "running" {
+		t.Fatalf("guest stopped during an upload (%d shutdowns)", n)
+	}
+	waitFor(t, 5*time.Second, "stop once the upload went quiet", func() bool { return e.sim.ActionCalls(100, "shutdown") == 3 })
+	pw.Close()
+	<-upload
 }
 
 // stream opens an event stream through Caddy.
