@@ -34,23 +34,23 @@ func TestBusyIfKeepsWorkingGuestsUp(t *testing.T) {
 		pvesim.GuestSpec{VMID: 100, Name: "transcode"}, pvesim.GuestSpec{VMID: 101, Name: "torrent"}, pvesim.GuestSpec{VMID: 102, Name: "backup"})
 	e.adminPort = testcaddy.FreePort(t)
 	e.start(
-		e.wakeSite("100", "busy_if cpu > 10% for 600ms"),
-		e.site("g101.test", "101", "busy_if net > 500kB/s for 600ms", ""),
-		e.site("g102.test", "102", "busy_if cpu > 50% disk > 1MB/s for 600ms", ""),
+		e.wakeSite("100", "busy_if cpu > 10% for 600ms\n\t\tidle_timeout 1s"),
+		e.site("g101.test", "101", "busy_if net > 500kB/s for 600ms\n\t\tidle_timeout 1s", ""),
+		e.site("g102.test", "102", "busy_if cpu > 50% disk > 1MB/s for 600ms\n\t\tidle_timeout 1s", ""),
 	)
+	// Each guest runs a job from its start on: a CPU-bound one, a
+	// download (traffic between the guest and the Internet, not through
+	// Caddy), a disk-bound one with little CPU.
+	e.sim.SetLoad(100, pvesim.Load{CPU: 0.6})
+	e.sim.SetLoad(101, pvesim.Load{CPU: 0.02, NetIn: 2e6})
+	e.sim.SetLoad(102, pvesim.Load{CPU: 0.05, DiskWrite: 5e6})
 	for _, host := range []string{"127.0.0.1", "g101.test", "g102.test"} {
 		if a := e.get("/", "Host: "+host); a.code != 200 {
 			t.Fatalf("wake %s: %d %s", host, a.code, a.body)
 		}
 	}
-	// The work begins as the requests end: a CPU-bound job, a download
-	// (traffic between the guest and the Internet, not through Caddy), a
-	// disk-bound job with little CPU.
-	e.sim.SetLoad(100, pvesim.Load{CPU: 0.6})
-	e.sim.SetLoad(101, pvesim.Load{CPU: 0.02, NetIn: 2e6})
-	e.sim.SetLoad(102, pvesim.Load{CPU: 0.05, DiskWrite: 5e6})
-	// 25 polls = 2.5s, eight times idle_timeout.
-	e.waitPolls(25)
+	// 40 polls = 4s, four times idle_timeout after the last request.
+	e.waitPolls(40)
 	for _, id := range []int{100, 101, 102} {
 		if e.sim.Status(id) != "running" || e.sim.ActionCalls(id, "shutdown") != 0 {
 			t.Fatalf("guest %d stopped while busy", id)
@@ -72,7 +72,7 @@ func TestBusyIfKeepsWorkingGuestsUp(t *testing.T) {
 		e.sim.SetLoad(id, pvesim.Load{})
 		ended := time.Now()
 		waitFor(t, 5*time.Second, fmt.Sprintf("guest %d idles out after its work", id), func() bool { return e.sim.Status(id) == "stopped" })
-		if took := time.Since(ended); took < 300*time.Millisecond {
+		if took := time.Since(ended); took < time.Second {
 			t.Fatalf("guest %d stopped %s after its work ended, before idle_timeout", id, took)
 		}
 	}
