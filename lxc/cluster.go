@@ -34,6 +34,8 @@ type Resource struct {
 	Template bool   `json:"template,omitempty"`
 	// Tags are the guest's Proxmox tags (see HasTag).
 	Tags []string `json:"tags,omitempty"`
+	// Usage is what pvestatd last measured (busy.go).
+	Usage Usage `json:"-"`
 }
 
 // obs is the part of the row that, when it changes, ends a failed wake's
@@ -58,6 +60,7 @@ type resourceRow struct {
 	HAState  string      `json:"hastate"`
 	Template *pveBool    `json:"template"`
 	Tags     string      `json:"tags"`
+	usageRow
 }
 
 // Cluster is the runtime of one configured cluster: its client, its nodes
@@ -97,6 +100,8 @@ type Cluster struct {
 	// share, when set, shares activity and power ownership with other
 	// Caddy instances (see shared.go).
 	share atomic.Pointer[Share]
+	// notify are the lifecycle event receivers (notify.go).
+	notify notifiers
 }
 
 // AcquireCluster returns the runtime for cfg, shared with any config
@@ -316,6 +321,7 @@ func indexRows(rows []resourceRow, prev map[int]Resource) (byVMID map[int]Resour
 			continue
 		}
 		res := Resource{VMID: int(id), Kind: r.Type, Node: r.Node, Name: r.Name, Status: r.Status, Lock: r.Lock, HAState: r.HAState, Tags: splitTags(r.Tags)}
+		res.Usage = r.usage()
 		if r.Template != nil {
 			res.Template = bool(*r.Template)
 		}

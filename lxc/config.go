@@ -159,6 +159,13 @@ type GuestConfig struct {
 	// (by default such a start counts as activity and the guest idles out
 	// like any other).
 	LeaveExternal bool
+	// BusyIf, PreStopCheck (with PreStopTimeout) and StreamIdleTimeout
+	// are activity the proxy cannot see, and streams that stop counting
+	// as activity: busy.go, prestop.go, streams.go.
+	BusyIf            []BusyRule
+	PreStopCheck      string
+	PreStopTimeout    time.Duration
+	StreamIdleTimeout time.Duration
 	// needAddress is false for implicit dependencies, which are never
 	// proxied to: running is ready for them.
 	needAddress bool
@@ -253,7 +260,7 @@ func (c GuestConfig) Validate() error {
 			return fmt.Errorf("depends_on: %w", err)
 		}
 	}
-	return nil
+	return c.validateActivity()
 }
 
 // ValidateRef checks a guest reference: a vmid or a name.

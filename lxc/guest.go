@@ -88,6 +88,12 @@ type Guest struct {
 	// shared publishes activity to other Caddy instances.
 	shared shareState
 
+	// usage, tracked and preStop are the activity the proxy does not
+	// see: busy.go, streams.go, prestop.go.
+	usage   usageWindow
+	tracked map[*StreamActivity]struct{}
+	preStop preStopState
+
 	prog progress
 }
 
@@ -394,6 +400,7 @@ func (g *Guest) observe(c *Cluster, res Resource, lookupErr error, now time.Time
 		g.name = res.Name
 	}
 	g.res = res
+	g.sampleUsageLocked(res, now)
 	if g.idleDeferred {
 		g.idleDeferred = false
 		g.armIdleLocked(0)
@@ -529,6 +536,11 @@ type Info struct {
 	// last poll saw them.
 	Lock    string `json:"lock,omitempty"`
 	HAState string `json:"hastate,omitempty"`
+	// Busy says why the guest counts as active without requests (a
+	// busy_if rule, a pre_stop_check's answer); Usage is its usage over
+	// the first busy_if window (1m without busy_if).
+	Busy  string `json:"busy,omitempty"`
+	Usage *Rates `json:"usage,omitempty"`
 }
 
 // Info returns a snapshot.
@@ -552,6 +564,7 @@ func (g *Guest) Info() Info {
 	if s, ok := g.sleepInLocked(now); ok {
 		in.SleepIn = &s
 	}
+	in.Busy, in.Usage = g.activityInfoLocked(cfg, now)
 	if g.state == StateFailed && now.Before(g.failedUntil) {
 		r := g.failedUntil.Sub(now).Seconds()
 		in.RetryIn = &r
@@ -565,7 +578,7 @@ func (g *Guest) sleepInLocked(now time.Time) (float64, bool) {
 	if cfg.IdleTimeout <= 0 || (g.state != StateReady && g.state != StateRunning) {
 		return 0, false
 	}
-	if g.inflight > 0 || g.holders > 0 {
+	if g.holders > 0 || g.inflightKeepsUpLocked(cfg, now, false) {
 		return cfg.IdleTimeout.Seconds(), true
 	}
 	return max(0, g.lastActivity.Add(cfg.IdleTimeout).Sub(now).Seconds()), true

@@ -55,8 +55,9 @@ func (g *Guest) idleCheck() {
 	case g.state != StateReady && g.state != StateRunning && g.state != StateFailed:
 		g.mu.Unlock()
 		return
-	case g.wake != nil || g.inflight > 0 || g.holders > 0:
-		// Whatever ends these re-arms the check.
+	case g.wake != nil || g.holders > 0 || g.inflightKeepsUpLocked(cfg, now, true):
+		// Whatever ends these re-arms the check (quiet streams: see
+		// inflightKeepsUpLocked).
 		g.mu.Unlock()
 		return
 	case cfg.LeaveExternal && g.external:
@@ -83,6 +84,10 @@ func (g *Guest) idleCheck() {
 		return
 	}
 	g.deferredWhy = ""
+	if g.preStopPendingLocked(cfg) {
+		g.mu.Unlock()
+		return
+	}
 	done := g.beginStopLocked()
 	g.mu.Unlock()
 	go g.runStop(done, "idle")
@@ -279,6 +284,7 @@ func (g *Guest) finishStop(done chan struct{}, reason string, cfg GuestConfig, o
 	g.mu.Unlock()
 	metrics.stops.WithLabelValues(g.clusterName, g.ref, reason).Inc()
 	log.Info("guest put to sleep")
+	g.notifyAsleep(reason, cfg, out.suspended)
 }
 
 // warnOnce logs a warning the first time this guest meets it.

@@ -15,6 +15,7 @@ type WakeOp struct {
 	done    chan struct{}
 	err     error
 	started time.Time
+	reason  string
 }
 
 // Done is closed when the wake ends.
@@ -107,7 +108,7 @@ func (g *Guest) wakeLocked(reason string, force bool) *WakeOp {
 			RetryAfter: g.failedUntil.Sub(now),
 		})
 	}
-	op := &WakeOp{done: make(chan struct{}), started: now}
+	op := &WakeOp{done: make(chan struct{}), started: now, reason: reason}
 	g.wake = op
 	g.seen = ""
 	if g.state != StateStopping {
@@ -146,6 +147,7 @@ func (g *Guest) WaitReady(ctx context.Context) error {
 
 // runWake runs one wake to its end and publishes the outcome.
 func (g *Guest) runWake(op *WakeOp, b *Binding) {
+	g.notifyWaking(op, b.c)
 	cfg := b.cfg
 	// A powered-off node is woken first, within its own join_timeout.
 	nodeErr := g.nodeUp(b)
@@ -232,6 +234,7 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 		g.logger.Info("guest ready", zap.Duration("duration", elapsed), zap.String("node", t.node), zap.Int("vmid", t.vmid))
 	}
 	metrics.wakeDuration.WithLabelValues(g.clusterName, g.ref, result).Observe(elapsed.Seconds())
+	g.notifyWakeEnd(op.err, elapsed)
 }
 
 // wakeSteps brings the guest up, checking readiness in layers: start task

@@ -31,6 +31,9 @@ type guest struct {
 	// of an earlier run does not start serving.
 	gen int
 
+	// usage is what it does and has done (usage.go).
+	usage usageModel
+
 	ln           net.Listener
 	srv          *http.Server
 	servingSince time.Time
@@ -111,6 +114,7 @@ func (g *guest) serveLocked() {
 		g.sim.logf("pvesim: guest %d cannot listen on %s: %v", g.spec.VMID, addr, err)
 		return
 	}
+	ln = countingListener{Listener: ln, in: &g.usage.servedIn, out: &g.usage.servedOut}
 	h := g.spec.Handler
 	if h == nil {
 		h = g.defaultHandler()

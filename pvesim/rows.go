@@ -68,10 +68,12 @@ func (s *Sim) resourceRowLocked(g *guest) map[string]any {
 		}
 		for k, v := range map[string]any{
 			"name": g.spec.Name, "status": g.status,
-			"uptime": g.uptime(), "template": template, "maxcpu": 1, "cpu": 0.0,
+			"uptime": g.uptime(), "template": template, "maxcpu": 1,
 			"maxmem": 536870912, "mem": 0, "maxdisk": 8589934592, "disk": 0,
-			"netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
 		} {
+			row[k] = v
+		}
+		for k, v := range s.measuredLocked(g).fields() {
 			row[k] = v
 		}
 	}
@@ -137,8 +139,11 @@ func (g *guest) uptime() int {
 func (g *guest) statusRowLocked(current bool) map[string]any {
 	row := map[string]any{
 		"vmid": g.spec.VMID, "name": g.spec.Name, "status": g.status,
-		"uptime": g.uptime(), "cpus": 1, "cpu": 0.0, "maxmem": 536870912, "mem": 0,
-		"maxdisk": 8589934592, "disk": 0, "netin": 0, "netout": 0,
+		"uptime": g.uptime(), "cpus": 1, "maxmem": 536870912, "mem": 0,
+		"maxdisk": 8589934592, "disk": 0,
+	}
+	for k, v := range g.measureLocked(time.Now()).fields() {
+		row[k] = v
 	}
 	if g.spec.Kind == "lxc" {
 		row["type"] = "lxc"

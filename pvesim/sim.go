@@ -25,6 +25,9 @@ type Options struct {
 	TokenSecret string
 	// TaskDelay is how long a task runs before it finishes (200ms).
 	TaskDelay time.Duration
+	// StatInterval is how often pvestatd measures the guests' usage (10s,
+	// as on PVE): /cluster/resources shows the last measurement.
+	StatInterval time.Duration
 	// HADelay is how long pve-ha-manager's CRM and LRM take to act on a
 	// request, each (3×TaskDelay). Real clusters take about 10s per round.
 	HADelay time.Duration
@@ -134,6 +137,9 @@ func New(opts Options) *Sim {
 	}
 	if opts.TaskDelay == 0 {
 		opts.TaskDelay = 200 * time.Millisecond
+	}
+	if opts.StatInterval == 0 {
+		opts.StatInterval = 10 * time.Second
 	}
 	if opts.HADelay == 0 {
 		opts.HADelay = 3 * opts.TaskDelay

@@ -24,7 +24,8 @@ func init() {
 // proxmox_wake handler wakes guests on. Each cluster is polled once per
 // poll_interval with one /cluster/resources call, whatever the number of
 // guests. Provisioning only builds clients; nothing is contacted, and no
-// guest is ever started or stopped, before Start.
+// guest is ever started or stopped, before Start. The guests' wakes,
+// readiness, failures and sleeps are Caddy events (see appEvents).
 type ProxmoxApp struct {
 	// Clusters are the Proxmox VE clusters, by unique name.
 	Clusters []*PVECluster `json:"clusters,omitempty"`
@@ -36,6 +37,8 @@ type ProxmoxApp struct {
 	logger   *zap.Logger
 	// share is Share on this config's storage.
 	share *lxc.Share
+	// events emits the guests' lifecycle as Caddy events (events.go).
+	events appEvents
 }
 
 // PVECluster is how to reach one Proxmox VE cluster.
@@ -86,6 +89,9 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("registering proxmox metrics: %w", err)
 	}
 	a.share = a.Share.runtime(ctx.Storage())
+	if err := a.events.provision(ctx); err != nil {
+		return err
+	}
 	repl := caddy.NewReplacer()
 	a.runtimes = map[string]*lxc.Cluster{}
 	for _, pc := range a.Clusters {
@@ -143,6 +149,7 @@ func (a *ProxmoxApp) Validate() error {
 // Start begins node discovery and polling of every cluster, and arms the
 // guests' keep_warm starts.
 func (a *ProxmoxApp) Start() error {
+	a.events.start(a.runtimes)
 	for _, c := range a.runtimes {
 		c.SetShare(a.share)
 		c.Start()
@@ -153,12 +160,16 @@ func (a *ProxmoxApp) Start() error {
 	return nil
 }
 
-// Stop does nothing: the runtimes are shared with the next config and
-// end in Cleanup when no config uses them any more.
-func (a *ProxmoxApp) Stop() error { return nil }
+// Stop ends this config's events; the runtimes are shared with the next
+// config and end in Cleanup when no config uses them any more.
+func (a *ProxmoxApp) Stop() error {
+	a.events.stop()
+	return nil
+}
 
 // Cleanup releases this config's hold on the cluster runtimes.
 func (a *ProxmoxApp) Cleanup() error {
+	a.events.stop()
 	for name, c := range a.runtimes {
 		_ = c.Release()
 		delete(a.runtimes, name)

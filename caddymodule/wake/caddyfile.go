@@ -61,6 +61,11 @@ func parseWakeCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //		ignore <@matcher> | ignore { <matchers> }   # repeatable
 //		events_path <path>
 //		show_details                     # node, address and error text on the page
+//		busy_if <metric> > <value>... [for <window>]  # repeatable; see lxc.ParseBusyIf
+//		pre_stop_check <url> [<timeout>] # 2xx = may stop
+//		stream_idle_timeout <duration>   # silent streams stop counting
+//		page <file>                      # html/template for the loading and error page
+//		use_handle_errors                # error answers go to handle_errors
 //	}
 //
 // An ignore line naming a matcher (@name, or a path) is only recorded
@@ -212,7 +217,13 @@ func (m *WakeHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			m.IgnoreRaw = append(m.IgnoreRaw, ms)
 		default:
-			return d.Errf("unknown proxmox_wake option '%s'", opt)
+			known, err := m.unmarshalMore(d, opt)
+			if err != nil {
+				return err
+			}
+			if !known {
+				return d.Errf("unknown proxmox_wake option '%s'", opt)
+			}
 		}
 	}
 	return nil

@@ -238,3 +238,57 @@ func TestShareCaddyfile(t *testing.T) {
 		t.Fatal("unknown share option accepted")
 	}
 }
+
+// busy_if, pre_stop_check, stream_idle_timeout, page and
+// use_handle_errors adapt to their JSON fields.
+func TestWakeActivityAndPageAdapt(t *testing.T) {
+	h, err := adaptWake(t, `:8080 {
+	proxmox_wake lab/100 {
+		busy_if cpu > 10% net > 1MB/s disk>5MiB/s for 5m
+		busy_if netin > 500kB/s
+		pre_stop_check http://{guest.address}:9000/idle 2s
+		stream_idle_timeout 10m
+		page /etc/caddy/wake.html
+		use_handle_errors
+	}
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(map[string]any{
+		"busy_if": h["busy_if"], "pre_stop_check": h["pre_stop_check"], "pre_stop_timeout": h["pre_stop_timeout"],
+		"stream_idle_timeout": h["stream_idle_timeout"], "page": h["page"], "use_handle_errors": h["use_handle_errors"],
+	})
+	want := `{"busy_if":[{"cpu_percent":10,"disk_bytes_per_sec":5242880,"net_bytes_per_sec":1000000,"window":300000000000},{"netin_bytes_per_sec":500000}],` +
+		`"page":"/etc/caddy/wake.html","pre_stop_check":"http://{guest.address}:9000/idle","pre_stop_timeout":2000000000,` +
+		`"stream_idle_timeout":600000000000,"use_handle_errors":true}`
+	if string(got) != want {
+		t.Fatalf("adapted:\n%s\nwant:\n%s", got, want)
+	}
+	for src, want := range map[string]string{
+		"busy_if":                       "wrong argument count",
+		"busy_if cpu > lots":            "want a percentage",
+		"busy_if for 5m":                "no condition",
+		"pre_stop_check":                "wrong argument count",
+		"pre_stop_check http://x/ soon": "bad duration",
+		"stream_idle_timeout":           "wrong argument count",
+		"page":                          "wrong argument count",
+		"page a b":                      "wrong argument count",
+		"use_handle_errors yes":         "wrong argument count",
+	} {
+		_, err := adaptWake(t, ":8080 {\n\tproxmox_wake lab/100 {\n\t\t"+src+"\n\t}\n}")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want %q", src, err, want)
+		}
+	}
+	for _, h := range []*WakeHandler{
+		{Guest: "lab/100", PreStopCheck: "ftp://x/"},
+		{Guest: "lab/100", PreStopCheck: "http://{guest.ip}/"},
+		{Guest: "lab/100", BusyIf: []*BusyIf{{Window: caddy.Duration(time.Minute)}}},
+		{Guest: "lab/100", StreamIdleTimeout: -1},
+	} {
+		if err := h.Validate(); err == nil {
+			t.Errorf("%+v accepted", h)
+		}
+	}
+}

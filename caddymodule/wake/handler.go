@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"strings"
 	"time"
@@ -96,6 +97,38 @@ type WakeHandler struct {
 	// answers. Off, visitors read what failed in general words and the
 	// details go to the log and the admin API only.
 	ShowDetails bool `json:"show_details,omitempty"`
+	// BusyIf rules count a guest busy with work that does not pass
+	// through Caddy (a transcode, a download, SSH, SMB) as active, from
+	// its CPU, network and disk rates in the cluster poll.
+	BusyIf []*BusyIf `json:"busy_if,omitempty"`
+	// PreStopCheck is a URL asked before an idle stop: a 2xx lets the
+	// stop go ahead; any other answer (redirects are not followed), an
+	// error or no answer within PreStopTimeout means busy, and it is
+	// asked again later (after idle_timeout, at most a minute). It may
+	// contain {guest.address} (the guest's address, bracketed if IPv6),
+	// {guest.port}, {guest.vmid}, {guest.node} and {guest.name}.
+	PreStopCheck string `json:"pre_stop_check,omitempty"`
+	// PreStopTimeout bounds one pre_stop_check request (5s).
+	PreStopTimeout caddy.Duration `json:"pre_stop_timeout,omitempty"`
+	// StreamIdleTimeout ends a silent stream's claim to activity: a
+	// websocket or event stream that carried no bytes (either way) for
+	// this long no longer keeps the guest up, and the guest idles out
+	// idle_timeout after its last byte. 0: open streams always count.
+	StreamIdleTimeout caddy.Duration `json:"stream_idle_timeout,omitempty"`
+	// Page is a file with an html/template for the loading and error
+	// page that browsers get, read when the config loads. It is given
+	// .Name (the guest's public name), .State, .Message, .Error,
+	// .EventsPath, .Refresh (the retry time in seconds, also
+	// .RetryAfter) and .Progress. The status code, Cache-Control:
+	// no-store and Retry-After stay the handler's.
+	Page string `json:"page,omitempty"`
+	// UseHandleErrors hands the handler's error answers (a failed wake,
+	// a hold that timed out, too many waiting requests, an ignored
+	// request while the guest sleeps) to the site's handle_errors routes
+	// as a 503 or 504 error instead of answering itself; the loading page
+	// stays the handler's. {http.proxmox_wake.*} placeholders describe
+	// the guest.
+	UseHandleErrors bool `json:"use_handle_errors,omitempty"`
 
 	// namedIgnores wait for FinalizeUnmarshalCaddyfile (Caddyfile only).
 	namedIgnores []namedIgnore
@@ -111,6 +144,8 @@ type WakeHandler struct {
 	// dynamic resolves a reference with placeholders (binding and guest
 	// are then nil; each request gets a copy bound to its guest).
 	dynamic *dynamicGuests
+	// page is Page, parsed (nil: the built-in page).
+	page *template.Template
 }
 
 // Response header marking how a request met the guest: "cold" when it
@@ -155,6 +190,7 @@ func (h *WakeHandler) config() (lxc.GuestConfig, error) {
 	if h.IdleTimeout != nil {
 		cfg.IdleTimeout = time.Duration(*h.IdleTimeout)
 	}
+	h.activityConfig(&cfg)
 	for _, s := range h.KeepWarm {
 		w, err := lxc.ParseWindow(s)
 		if err != nil {
@@ -189,6 +225,9 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 	h.hold = min(h.hold, cfg.WakeTimeout+500*time.Millisecond)
 	if h.EventsPath == "" {
 		h.EventsPath = defaultEventsPath
+	}
+	if err := h.loadPage(); err != nil {
+		return err
 	}
 	if h.IgnoreRaw != nil {
 		mods, err := ctx.LoadModule(h, "IgnoreRaw")
@@ -292,7 +331,7 @@ func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 	if r.URL.Path == h.EventsPath {
 		return h.serveEvents(w, r)
 	}
-	end := g.Begin(isStream(r))
+	w, end := h.beginActivity(w, r)
 	defer end()
 	if up, ok := g.Upstream(h.port); ok {
 		h.setUpstream(r, up, false)
