@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
@@ -70,7 +71,7 @@ func TestConfigMACs(t *testing.T) {
 // wake directly, without Caddy.
 func TestWakeIdleCycle(t *testing.T) {
 	sim := pvesim.New(pvesim.Options{TaskDelay: 20 * time.Millisecond})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 150, Name: "unit", IP: "127.0.0.150", Port: port}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestWakeIdleCycle(t *testing.T) {
 		t.Fatal("stopped while a request was in flight")
 	}
 	end()
-	waitFor(t, 3*time.Second, func() bool { return sim.Status(150) == "stopped" && g.State() == StateStopped })
+	testutil.WaitFor(t, 3*time.Second, "the idle stop", func() bool { return sim.Status(150) == "stopped" && g.State() == StateStopped })
 	if sim.ActionCalls(150, "shutdown") != 1 {
 		t.Fatalf("calls %v", sim.CallCounts())
 	}
@@ -136,25 +137,4 @@ func TestWakeIdleCycle(t *testing.T) {
 	if sim.ActionCalls(150, "start") != 2 {
 		t.Fatalf("second wake: %v", sim.CallCounts())
 	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
