@@ -6,6 +6,7 @@ package testutil
 
 import (
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -75,42 +76,76 @@ func Port() (int, error) {
 // Goroutines is a baseline: the goroutines running when it was taken.
 type Goroutines struct {
 	current goleak.Option
+	count   int
 }
 
 // GoroutineBaseline records the goroutines running now.
 func GoroutineBaseline() Goroutines {
-	return Goroutines{current: goleak.IgnoreCurrent()}
+	return Goroutines{current: goleak.IgnoreCurrent(), count: runtime.NumGoroutine()}
 }
 
-// Leaked waits up to timeout for every goroutine started since the
-// baseline to end (except those ignore matches) and returns an error
-// naming, with their stacks, the ones still running.
-func (g Goroutines) Leaked(timeout time.Duration, ignore ...goleak.Option) error {
-	opts := append([]goleak.Option{g.current}, ignore...)
+// SettledGoroutineBaseline waits until the number of goroutines has not
+// fallen for a second (at most 10 s), so that the goroutines of work that
+// just ended are not counted, and then records the goroutines running.
+func SettledGoroutineBaseline() Goroutines {
+	low, since := runtime.NumGoroutine(), time.Now()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && time.Since(since) < time.Second; {
+		time.Sleep(100 * time.Millisecond)
+		if n := runtime.NumGoroutine(); n < low {
+			low, since = n, time.Now()
+		}
+	}
+	return GoroutineBaseline()
+}
+
+// Count is the number of goroutines the baseline saw.
+func (g Goroutines) Count() int { return g.count }
+
+// Check fails t when goroutines started since the baseline are still
+// running after timeout; the failure names them, with their stacks.
+func (g Goroutines) Check(t testing.TB, timeout time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		// Find itself retries for about half a second.
-		err := goleak.Find(opts...)
-		if err == nil || time.Now().After(deadline) {
-			return err
+		err := goleak.Find(g.current)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("goroutines still running %s after the work that started them ended: %v", timeout, err)
+			return
 		}
 	}
 }
 
-// Check fails t when goroutines started since the baseline (except those
-// ignore matches) are still running after timeout.
-func (g Goroutines) Check(t testing.TB, timeout time.Duration, ignore ...goleak.Option) {
+// CheckCount fails t when, after timeout, more than slack goroutines run
+// beyond the baseline's count. It is for work that legitimately replaces
+// goroutines, where Check would report the replacements: informers whose
+// watches reconnect after an outage run new goroutines in place of the
+// old ones. The failure lists the goroutines started since the baseline.
+func (g Goroutines) CheckCount(t testing.TB, timeout time.Duration, slack int) {
 	t.Helper()
-	if err := g.Leaked(timeout, ignore...); err != nil {
-		t.Errorf("goroutines still running %s after the work that started them ended: %v", timeout, err)
+	deadline := time.Now().Add(timeout)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= g.count+slack {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d goroutines %s after the work that started them ended, %d at the baseline (slack %d); started since: %v",
+				n, timeout, g.count, slack, goleak.Find(g.current))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // CheckAtCleanup takes a baseline now and checks it once every cleanup
 // registered later (servers, clusters, controllers) has run: call it first
 // in a test so that its cleanup runs last.
-func CheckAtCleanup(t testing.TB, timeout time.Duration, ignore ...goleak.Option) {
+func CheckAtCleanup(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	g := GoroutineBaseline()
-	t.Cleanup(func() { g.Check(t, timeout, ignore...) })
+	t.Cleanup(func() { g.Check(t, timeout) })
 }
