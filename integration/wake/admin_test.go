@@ -14,14 +14,16 @@ import (
 )
 
 type guestInfo struct {
-	Cluster  string   `json:"cluster"`
-	Guest    string   `json:"guest"`
-	VMID     int      `json:"vmid"`
-	Node     string   `json:"node"`
-	State    string   `json:"state"`
-	Address  string   `json:"address"`
-	SleepIn  *float64 `json:"sleep_in"`
-	Inflight int      `json:"inflight"`
+	Cluster      string     `json:"cluster"`
+	Guest        string     `json:"guest"`
+	VMID         int        `json:"vmid"`
+	Node         string     `json:"node"`
+	State        string     `json:"state"`
+	Address      string     `json:"address"`
+	SleepIn      *float64   `json:"sleep_in"`
+	Inflight     int        `json:"inflight"`
+	Streams      int        `json:"streams"`
+	LastActivity *time.Time `json:"last_activity"`
 }
 
 // The admin API lists guests with state and time to sleep, and wakes or
