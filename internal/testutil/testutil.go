@@ -7,6 +7,7 @@ package testutil
 import (
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +52,40 @@ func WaitNoError(t testing.TB, timeout time.Duration, what string, check func() 
 		}
 		return false, err.Error()
 	})
+}
+
+// WaitParked waits until some goroutine is blocked (on a channel, a
+// select, a lock...) inside function fn, given with its package path as in
+// a stack trace ("example.com/pkg.(*T).method"). Tests use it to know that
+// a call is waiting before they release it, instead of sleeping.
+func WaitParked(t testing.TB, timeout time.Duration, fn string) {
+	t.Helper()
+	WaitFor(t, timeout, "a goroutine blocked in "+fn, func() bool { return parkedIn(fn) })
+}
+
+func parkedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, frames, _ := strings.Cut(g, "\n")
+		// "goroutine 7 [chan receive]:"; running ones are not parked.
+		if strings.Contains(header, "[running]") || strings.Contains(header, "[runnable]") {
+			continue
+		}
+		for _, line := range strings.Split(frames, "\n") {
+			if strings.HasPrefix(line, fn+"(") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
