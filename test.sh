@@ -37,8 +37,8 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-echo "== go test"
-go test -count=1 -timeout 20m ./...
+echo "== go test (in random order: no test may depend on another's leftovers)"
+go test -count=1 -shuffle on -timeout 20m ./...
 
 echo "== fuzzing (${FUZZTIME:=3s} per target)"
 # fuzz_one fails on any input the fuzzer reports (it writes it to testdata,
