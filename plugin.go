@@ -5,6 +5,9 @@
 package caddyproxmox
 
 import (
-	// The Proxmox VE API on KubeVirt (http.handlers.proxmox_api).
+	// Both module families: the Proxmox VE API on KubeVirt
+	// (http.handlers.proxmox_api, caddymodule/api) and wake on request
+	// (the proxmox app, admin.api.proxmox, http.handlers.proxmox_wake and
+	// the proxmox dynamic upstreams, caddymodule/wake).
 	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule"
 )

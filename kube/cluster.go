@@ -54,18 +54,20 @@ type Options struct {
 	// Usage.Has) take precedence over those of Metrics.
 	KubeVirtMetrics         MetricsSource
 	KubeVirtMetricsInterval time.Duration
-	// CDI is the plugin's own CDI client (DataVolumes), for clusters
-	// without a RESTConfig to build per-identity clients from; a real
-	// cluster builds its clients from the RESTConfig when this is nil.
+	// CDI is the plugin's own CDI client (DataVolumes); nil without CDI.
+	// Connect builds it from the kubeconfig; callers' clients are built
+	// from the rest config (see as).
 	CDI cdiclient.Interface
 }
 
 // Cluster is a cached, read-mostly view of a KubeVirt cluster.
 type Cluster struct {
-	Kube     kubernetes.Interface
-	KubeVirt kubevirt.Interface
-	// RESTConfig is nil for in-memory (simulated) clusters.
-	RESTConfig *rest.Config
+	// own are the plugin's own clients (its service account or kubeconfig
+	// user): for the informers, the records it keeps (tasks, vmid and
+	// console claims), API discovery and the checks it makes on the
+	// caller's behalf. Whatever a request asks of the cluster goes through
+	// as(ctx) instead, so that impersonation cannot be bypassed by a slip.
+	own clients
 
 	opts   Options
 	logger *zap.Logger
@@ -81,6 +83,7 @@ type Cluster struct {
 	mu               sync.Mutex
 	vmidTab          *vmidTable
 	vmidTabGen       uint64
+	nextIDs          idHolds // ids /cluster/nextid handed out lately
 	nodeTab          *nodeTable
 	nodeTabGen       uint64
 
@@ -92,10 +95,12 @@ type Cluster struct {
 	power     *power
 	health    *health
 	idClients identityClients
-	dialer    atomic.Pointer[ConsoleDialer] // consoles without a RESTConfig
+	dialer    atomic.Pointer[consoleDialer] // consoles without a rest config
 	access    accessCache
 	cancel    context.CancelFunc
 	done      chan struct{}
+	onStop    func() // ends what Simulate started next to the cluster
+	stopOnce  sync.Once
 	Tasks     *Tasks
 	// ConsoleClaims makes console tickets single-use across replicas.
 	ConsoleClaims *ConsoleClaims
@@ -115,7 +120,7 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 	if opts.SyncTimeout == 0 {
 		opts.SyncTimeout = 60 * time.Second
 	}
-	c := &Cluster{Kube: kube, KubeVirt: kv, RESTConfig: cfg, opts: opts, logger: opts.Logger}
+	c := &Cluster{own: clients{kube: kube, kv: kv, cdi: opts.CDI, cfg: cfg}, opts: opts, logger: opts.Logger}
 	c.power = newPower(c)
 	var probe func(context.Context) error
 	if cfg != nil {
@@ -157,65 +162,67 @@ func (c *Cluster) Start(ctx context.Context) error {
 		}
 	}
 
-	c.vms = newStore(runCtx, c.Kube, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
+	// The informers read as the plugin: one cache serves every caller, and
+	// what each caller may see is decided per object (access.go).
+	c.vms = newStore(runCtx, c.own.kube, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.KubeVirt.KubevirtV1().VirtualMachines(ns).List(ctx, o)
+			return c.own.kv.KubevirtV1().VirtualMachines(ns).List(ctx, o)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-			return c.KubeVirt.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
+			return c.own.kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, stripVM, vmChanged)
-	c.vmis = newStore(runCtx, c.Kube, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
+	c.vmis = newStore(runCtx, c.own.kube, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
+			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-			return c.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
+			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, nil, stripVMI, vmiChanged)
-	c.nodes = newStore(runCtx, c.Kube, nil, &corev1.Node{}, listWatchFuncs{
+	c.nodes = newStore(runCtx, c.own.kube, nil, &corev1.Node{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.Kube.CoreV1().Nodes().List(ctx, o)
+			return c.own.kube.CoreV1().Nodes().List(ctx, o)
 		},
 		watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
-			return c.Kube.CoreV1().Nodes().Watch(ctx, o)
+			return c.own.kube.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}, c.opts.Resync, nil, stripNode, nodeChanged)
-	c.storageClasses = newStore(runCtx, c.Kube, nil, &storagev1.StorageClass{}, listWatchFuncs{
+	c.storageClasses = newStore(runCtx, c.own.kube, nil, &storagev1.StorageClass{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.Kube.StorageV1().StorageClasses().List(ctx, o)
+			return c.own.kube.StorageV1().StorageClasses().List(ctx, o)
 		},
 		watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
-			return c.Kube.StorageV1().StorageClasses().Watch(ctx, o)
+			return c.own.kube.StorageV1().StorageClasses().Watch(ctx, o)
 		},
 	}, c.opts.Resync, nil, stripMeta, nil)
 	if len(ns) == 0 {
-		c.namespaces = newStore(runCtx, c.Kube, nil, &corev1.Namespace{}, listWatchFuncs{
+		c.namespaces = newStore(runCtx, c.own.kube, nil, &corev1.Namespace{}, listWatchFuncs{
 			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
-				return c.Kube.CoreV1().Namespaces().List(ctx, o)
+				return c.own.kube.CoreV1().Namespaces().List(ctx, o)
 			},
 			watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
-				return c.Kube.CoreV1().Namespaces().Watch(ctx, o)
+				return c.own.kube.CoreV1().Namespaces().Watch(ctx, o)
 			},
 		}, c.opts.Resync, nil, stripMeta, nil)
 	}
-	c.tasks = newStore(runCtx, c.Kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+	c.tasks = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = taskLabel + "=true"
-			return c.Kube.CoreV1().ConfigMaps(ns).List(ctx, o)
+			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = taskLabel + "=true"
-			return c.Kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
+			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
 
-	c.pvcs = newStore(runCtx, c.Kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
+	c.pvcs = newStore(runCtx, c.own.kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, o)
+			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, o)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-			return c.Kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
+			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, func(any, any) { c.Tasks.poke() })
 	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
@@ -246,11 +253,14 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the informers and task workers.
+// Stop ends the informers and task workers (and a simulator).
 func (c *Cluster) Stop() {
 	if c.cancel != nil {
 		c.cancel()
 		<-c.done
+	}
+	if c.onStop != nil {
+		c.stopOnce.Do(c.onStop)
 	}
 }
 

@@ -249,7 +249,7 @@ func paused(vmid int, want bool) func(*Cluster, Guest) (bool, string) {
 	return func(c *Cluster, _ Guest) (bool, string) {
 		ok, state := vmiRunning(c, vmid)
 		g, _ := c.Guest(vmid)
-		return ok && VMIPaused(g.VMI) == want, state
+		return ok && translate.VMIPaused(g.VMI) == want, state
 	}
 }
 

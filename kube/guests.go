@@ -40,6 +40,11 @@ func (g Guest) PVEName() string {
 // Template tells whether the VM is a PVE template.
 func (g Guest) Template() bool { return g.VM.Labels[translate.LabelTemplate] == "true" }
 
+// State is the guest's PVE status, QMP status and KubeVirt-derived lock
+// (translate.GuestStateOf); locks recorded on the VM are the caller's to
+// overlay.
+func (g Guest) State() translate.GuestState { return translate.GuestStateOf(g.VM, g.VMI) }
+
 // Guests lists every served VM with its vmid, in vmid order.
 func (c *Cluster) Guests() []Guest {
 	t := c.table()
@@ -95,7 +100,7 @@ func (c *Cluster) VMNameTaken(ns, name string) bool { return c.vms.get(ns, name)
 // that lost a race with another writer (KubeVirt updates VMs often). It
 // fails with ErrNotFound when the VM is gone or was replaced by a namesake.
 func (c *Cluster) Refresh(ctx context.Context, g Guest) (Guest, error) {
-	vm, err := c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
+	vm, err := c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && vm.UID != g.VM.UID) {
 		return Guest{}, ErrNotFound
 	}

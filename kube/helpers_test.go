@@ -181,7 +181,7 @@ func vmiState(c *Cluster, vmid int) string {
 		return "no VMI"
 	}
 	s := string(g.VMI.UID) + " " + string(g.VMI.Status.Phase)
-	if VMIPaused(g.VMI) {
+	if translate.VMIPaused(g.VMI) {
 		s += " paused"
 	}
 	if g.VMI.DeletionTimestamp != nil {

@@ -56,45 +56,23 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 	return a.id, ok
 }
 
-// kv and kube return the clients of the identity ctx carries, or the
-// plugin's own when it carries none. Every call made for a request goes
-// through them; only bookkeeping (task records, caches) uses c.Kube.
-func (c *Cluster) kv(ctx context.Context) kubevirt.Interface {
+// as returns the clients of the identity ctx carries (the caller, when
+// the handler impersonates), or the plugin's own when it carries none.
+// Every call made for a request goes through as(ctx); c.own is only for
+// the plugin's bookkeeping (see Cluster.own).
+func (c *Cluster) as(ctx context.Context) *clients {
 	if a, ok := ctx.Value(identityKey{}).(actingAs); ok {
-		return a.cl.kv
+		return a.cl
 	}
-	return c.KubeVirt
-}
-
-func (c *Cluster) kube(ctx context.Context) kubernetes.Interface {
-	if a, ok := ctx.Value(identityKey{}).(actingAs); ok {
-		return a.cl.kube
-	}
-	return c.Kube
-}
-
-// cdi is the CDI client of the identity ctx carries, or the plugin's own;
-// nil when the cluster has none (no RESTConfig and no Options.CDI).
-func (c *Cluster) cdi(ctx context.Context) cdiclient.Interface {
-	if a, ok := ctx.Value(identityKey{}).(actingAs); ok {
-		return a.cl.cdi
-	}
-	return c.opts.CDI
-}
-
-func (c *Cluster) restConfig(ctx context.Context) *rest.Config {
-	if a, ok := ctx.Value(identityKey{}).(actingAs); ok {
-		return a.cl.cfg
-	}
-	return c.RESTConfig
+	return &c.own
 }
 
 // clients are the typed clients of one identity.
 type clients struct {
 	kube kubernetes.Interface
 	kv   kubevirt.Interface
-	cdi  cdiclient.Interface
-	cfg  *rest.Config
+	cdi  cdiclient.Interface // nil without CDI
+	cfg  *rest.Config        // nil for in-memory (simulated) clusters
 }
 
 // maxIdentityClients bounds the per-identity client cache; past it the
@@ -118,7 +96,7 @@ func (c *Cluster) clientsFor(id Identity, k string) (*clients, error) {
 	if id.User == "" {
 		return nil, fmt.Errorf("impersonation needs a user name")
 	}
-	if c.RESTConfig == nil {
+	if c.own.cfg == nil {
 		return nil, ErrNoImpersonation
 	}
 	c.idClients.mu.Lock()
@@ -126,7 +104,7 @@ func (c *Cluster) clientsFor(id Identity, k string) (*clients, error) {
 	if cl, ok := c.idClients.m[k]; ok {
 		return cl, nil
 	}
-	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg := rest.CopyConfig(c.own.cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: id.User, Groups: append([]string(nil), id.Groups...)}
 	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

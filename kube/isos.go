@@ -32,17 +32,17 @@ func (e *ISOExistsError) Error() string {
 // serves CDI's API: downloads are DataVolumes, and their tasks and the
 // storage listing read their state from the cache.
 func (c *Cluster) startCDIStore(ctx context.Context) []*store {
-	if c.opts.CDI == nil {
+	if c.own.cdi == nil {
 		return nil
 	}
 	if !c.opts.AssumeKubeVirtAPIs {
-		if _, err := c.Kube.Discovery().ServerResourcesForGroupVersion(CDIGroupVersion); err != nil {
+		if _, err := c.own.kube.Discovery().ServerResourcesForGroupVersion(CDIGroupVersion); err != nil {
 			c.logger.Info("CDI API not served; ISO downloads will say so", zap.Error(err))
 			return nil
 		}
 	}
-	cdi := c.opts.CDI.CdiV1beta1()
-	c.dataVolumes = newStore(ctx, c.Kube, c.opts.Namespaces, &cdiv1.DataVolume{}, listWatchFuncs{
+	cdi := c.own.cdi.CdiV1beta1()
+	c.dataVolumes = newStore(ctx, c.own.kube, c.opts.Namespaces, &cdiv1.DataVolume{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return cdi.DataVolumes(ns).List(ctx, o)
 		},
@@ -92,21 +92,24 @@ func (c *Cluster) CreateISO(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.D
 		return nil, fmt.Errorf("namespace %q is not served", dv.Namespace)
 	}
 	exists := &ISOExistsError{Namespace: dv.Namespace, Name: dv.Name}
-	_, err := c.Kube.CoreV1().PersistentVolumeClaims(dv.Namespace).Get(ctx, dv.Name, metav1.GetOptions{})
+	// The existence checks read as the plugin, so that a file the caller
+	// cannot see is still refused as PVE refuses it; the create is the
+	// caller's.
+	_, err := c.own.kube.CoreV1().PersistentVolumeClaims(dv.Namespace).Get(ctx, dv.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		return nil, exists
 	case !apierrors.IsNotFound(err):
 		return nil, err
 	}
-	_, err = c.opts.CDI.CdiV1beta1().DataVolumes(dv.Namespace).Get(ctx, dv.Name, metav1.GetOptions{})
+	_, err = c.own.cdi.CdiV1beta1().DataVolumes(dv.Namespace).Get(ctx, dv.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		return nil, exists
 	case !apierrors.IsNotFound(err):
 		return nil, err
 	}
-	out, err := c.cdi(ctx).CdiV1beta1().DataVolumes(dv.Namespace).Create(ctx, dv, metav1.CreateOptions{})
+	out, err := c.as(ctx).cdi.CdiV1beta1().DataVolumes(dv.Namespace).Create(ctx, dv, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil, exists
 	}
@@ -123,9 +126,9 @@ func (c *Cluster) CreateISO(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.D
 // claim), else the claim itself; either guarded by its UID.
 func (c *Cluster) DeleteISO(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
 	bg := metav1.DeletePropagationBackground
-	if ref := metav1.GetControllerOf(pvc); ref != nil && ref.Kind == "DataVolume" && c.cdi(ctx) != nil {
+	if ref := metav1.GetControllerOf(pvc); ref != nil && ref.Kind == "DataVolume" && c.as(ctx).cdi != nil {
 		uid := ref.UID
-		err := c.cdi(ctx).CdiV1beta1().DataVolumes(pvc.Namespace).Delete(ctx, ref.Name, metav1.DeleteOptions{
+		err := c.as(ctx).cdi.CdiV1beta1().DataVolumes(pvc.Namespace).Delete(ctx, ref.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg,
 		})
 		if !apierrors.IsNotFound(err) {
@@ -135,7 +138,7 @@ func (c *Cluster) DeleteISO(ctx context.Context, pvc *corev1.PersistentVolumeCla
 		return nil
 	}
 	uid := pvc.UID
-	return c.kube(ctx).CoreV1().PersistentVolumeClaims(pvc.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{
+	return c.as(ctx).kube.CoreV1().PersistentVolumeClaims(pvc.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg,
 	})
 }

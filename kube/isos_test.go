@@ -95,7 +95,7 @@ func TestISODownloadAndDelete(t *testing.T) {
 	}
 	// A claim an admin made is not overwritten either.
 	admin := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "win-iso", Namespace: "default"}}
-	if _, err := c.Kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, admin, metav1.CreateOptions{}); err != nil {
+	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, admin, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CreateISO(ctx, translate.ISODataVolume(isoDV("win.iso", "https://mirror.example/win.iso"))); !errors.As(err, &exists) {

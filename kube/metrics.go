@@ -164,7 +164,7 @@ type metricsPoller struct {
 // readings win field by field when rows read them (GuestMetrics).
 func (c *Cluster) startMetrics(ctx context.Context) {
 	src := c.opts.Metrics
-	if src == nil && c.RESTConfig != nil {
+	if src == nil && c.own.cfg != nil {
 		src = &apiMetricsSource{c: c}
 	}
 	if src != nil {
@@ -325,7 +325,8 @@ type metricsList struct {
 const metricsAPI = "/apis/metrics.k8s.io/v1beta1"
 
 func (s *apiMetricsSource) get(ctx context.Context, path string, params map[string]string) (*metricsList, error) {
-	req := s.c.Kube.CoreV1().RESTClient().Get().AbsPath(path)
+	// The poller fills one cache for every caller: it reads as the plugin.
+	req := s.c.own.kube.CoreV1().RESTClient().Get().AbsPath(path)
 	for k, v := range params {
 		req = req.Param(k, v)
 	}

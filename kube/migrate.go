@@ -34,15 +34,15 @@ func (c *Cluster) startMigrationStore(ctx context.Context) *store {
 			ns = c.opts.Namespaces[0]
 		}
 		probe, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := c.KubeVirt.KubevirtV1().VirtualMachineInstanceMigrations(ns).List(probe, metav1.ListOptions{Limit: 1})
+		_, err := c.own.kv.KubevirtV1().VirtualMachineInstanceMigrations(ns).List(probe, metav1.ListOptions{Limit: 1})
 		cancel()
 		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
 			c.logger.Warn("cannot list virtualmachineinstancemigrations; migration tasks will only see where the instance runs", zap.Error(err))
 			return nil
 		}
 	}
-	mig := c.KubeVirt.KubevirtV1()
-	return newStore(ctx, c.Kube, c.opts.Namespaces, &kubevirtv1.VirtualMachineInstanceMigration{}, listWatchFuncs{
+	mig := c.own.kv.KubevirtV1()
+	return newStore(ctx, c.own.kube, c.opts.Namespaces, &kubevirtv1.VirtualMachineInstanceMigration{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return mig.VirtualMachineInstanceMigrations(ns).List(ctx, o)
 		},
@@ -88,7 +88,7 @@ func (c *Cluster) CreateMigration(ctx context.Context, g Guest, target Node) (*k
 			AddedNodeSelector: map[string]string{translate.LabelHostname: nodeRef(target).Hostname},
 		},
 	}
-	out, err := c.kv(ctx).KubevirtV1().VirtualMachineInstanceMigrations(g.Namespace()).Create(ctx, m, metav1.CreateOptions{})
+	out, err := c.as(ctx).kv.KubevirtV1().VirtualMachineInstanceMigrations(g.Namespace()).Create(ctx, m, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
 	}

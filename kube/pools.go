@@ -99,7 +99,7 @@ func (c *Cluster) CreatePool(ctx context.Context, name, comment string) error {
 	if comment != "" {
 		ns.Annotations = map[string]string{translate.AnnotationPoolComment: comment}
 	}
-	out, err := c.kube(ctx).CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	out, err := c.as(ctx).kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (c *Cluster) SetPoolComment(ctx context.Context, name, comment string) erro
 	if err != nil {
 		return fmt.Errorf("encoding patch: %w", err)
 	}
-	out, err := c.kube(ctx).CoreV1().Namespaces().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	out, err := c.as(ctx).kube.CoreV1().Namespaces().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 	if name == c.opts.TaskNamespace {
 		return ErrPoolHoldsTasks
 	}
-	ns, err := c.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	ns, err := c.own.kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 	}
 	uid, rv := ns.UID, ns.ResourceVersion
 	bg := metav1.DeletePropagationBackground
-	if err := c.kube(ctx).CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{
+	if err := c.as(ctx).kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
 		PropagationPolicy: &bg,
 	}); err != nil {
@@ -197,6 +197,8 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 // deleted; nil if nothing. The *PoolNotEmptyError is Going when every
 // object found is being deleted or owned by an object that is gone.
 func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyError, error) {
+	// As the plugin (see DeletePool): objects the caller cannot see keep
+	// the namespace too.
 	list := metav1.ListOptions{Limit: 100}
 	var found []*PoolNotEmptyError
 	// The UIDs of the owners asked for, "" for one that is gone: the
@@ -210,7 +212,7 @@ func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyErr
 		found = append(found, &PoolNotEmptyError{Kind: kind, Name: m.GetName(), Going: going})
 		return nil
 	}
-	vms, err := c.KubeVirt.KubevirtV1().VirtualMachines(ns).List(ctx, list)
+	vms, err := c.own.kv.KubevirtV1().VirtualMachines(ns).List(ctx, list)
 	if err != nil {
 		return nil, fmt.Errorf("listing virtual machines in %s: %w", ns, err)
 	}
@@ -219,7 +221,7 @@ func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyErr
 			return nil, err
 		}
 	}
-	vmis, err := c.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).List(ctx, list)
+	vmis, err := c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, list)
 	if err != nil {
 		return nil, fmt.Errorf("listing virtual machine instances in %s: %w", ns, err)
 	}
@@ -228,8 +230,8 @@ func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyErr
 			return nil, err
 		}
 	}
-	if c.opts.CDI != nil {
-		dvs, err := c.opts.CDI.CdiV1beta1().DataVolumes(ns).List(ctx, list)
+	if c.own.cdi != nil {
+		dvs, err := c.own.cdi.CdiV1beta1().DataVolumes(ns).List(ctx, list)
 		switch {
 		case apierrors.IsNotFound(err):
 			// CDI is not installed: there are no DataVolumes.
@@ -243,7 +245,7 @@ func (c *Cluster) poolContents(ctx context.Context, ns string) (*PoolNotEmptyErr
 			}
 		}
 	}
-	pvcs, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, list)
+	pvcs, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, list)
 	if err != nil {
 		return nil, fmt.Errorf("listing persistent volume claims in %s: %w", ns, err)
 	}
@@ -282,12 +284,12 @@ func (c *Cluster) going(ctx context.Context, ns string, m metav1.Object, owners 
 	var err error
 	switch {
 	case ref.Kind == "VirtualMachine" && ref.APIVersion == "kubevirt.io/v1":
-		vm, e := c.KubeVirt.KubevirtV1().VirtualMachines(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		vm, e := c.own.kv.KubevirtV1().VirtualMachines(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		if err = e; e == nil {
 			uid = vm.UID
 		}
-	case ref.Kind == "DataVolume" && c.opts.CDI != nil:
-		dv, e := c.opts.CDI.CdiV1beta1().DataVolumes(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	case ref.Kind == "DataVolume" && c.own.cdi != nil:
+		dv, e := c.own.cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		if err = e; e == nil {
 			uid = dv.UID
 		}

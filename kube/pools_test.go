@@ -82,7 +82,7 @@ func TestPoolWrites(t *testing.T) {
 	if p, _ := c.Pool("made"); p.Comment != "" {
 		t.Fatalf("comment %q after removing it", p.Comment)
 	}
-	ns, err := c.Kube.CoreV1().Namespaces().Get(ctx, "made", metav1.GetOptions{})
+	ns, err := c.own.kube.CoreV1().Namespaces().Get(ctx, "made", metav1.GetOptions{})
 	if err != nil || ns.Labels[translate.LabelPool] != "true" {
 		t.Fatalf("namespace %v %v", ns, err)
 	}
@@ -113,7 +113,7 @@ func TestPoolWrites(t *testing.T) {
 	if err := c.DeletePool(ctx, "with-dv"); !errors.As(err, &left) || left.Kind != "DataVolume" || left.Going {
 		t.Fatalf("namespace with a DataVolume: %v", err)
 	}
-	if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, "with-claim", metav1.GetOptions{}); err != nil {
+	if _, err := c.own.kube.CoreV1().Namespaces().Get(ctx, "with-claim", metav1.GetOptions{}); err != nil {
 		t.Fatalf("refused delete removed the namespace: %v", err)
 	}
 
@@ -128,7 +128,7 @@ func TestPoolWrites(t *testing.T) {
 	poolDrainTimeout = 5 * time.Second
 	go func() {
 		time.Sleep(200 * time.Millisecond)
-		_ = c.Kube.CoreV1().PersistentVolumeClaims("orphans").Delete(ctx, "vm-gone-disk-0", metav1.DeleteOptions{})
+		_ = c.own.kube.CoreV1().PersistentVolumeClaims("orphans").Delete(ctx, "vm-gone-disk-0", metav1.DeleteOptions{})
 	}()
 	if err := c.DeletePool(ctx, "orphans"); err != nil {
 		t.Fatalf("after the orphan went: %v", err)

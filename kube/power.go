@@ -45,7 +45,7 @@ func (p *power) detect(ctx context.Context) bool {
 	if !p.checked.IsZero() && time.Since(p.checked) < p.recheck {
 		return p.virtAPI
 	}
-	_, err := p.c.Kube.Discovery().ServerResourcesForGroupVersion(SubresourceGroupVersion)
+	_, err := p.c.own.kube.Discovery().ServerResourcesForGroupVersion(SubresourceGroupVersion)
 	was := p.virtAPI
 	p.virtAPI = err == nil
 	if p.checked.IsZero() || was != p.virtAPI {
@@ -76,7 +76,7 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 				return err
 			}
 		}
-		return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
+		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyRerunOnFailure)
 }
@@ -86,7 +86,7 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 // stop exists.
 func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error {
 	if c.power.detect(ctx) {
-		return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
+		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyHalted)
 }
@@ -98,7 +98,7 @@ func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error
 // Always first.
 func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
 	if c.power.detect(ctx) {
-		return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
+		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
 	}
 	rs, _ := g.VM.RunStrategy()
 	if rs != kubevirtv1.RunStrategyAlways && rs != kubevirtv1.RunStrategyOnce {
@@ -110,7 +110,7 @@ func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
 		return nil
 	}
 	uid := g.VMI.UID
-	return c.kv(ctx).KubevirtV1().VirtualMachineInstances(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	return c.as(ctx).kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }
 
 // ResetVM hard-resets the running instance (same instance, no config change).
@@ -118,7 +118,7 @@ func (c *Cluster) ResetVM(ctx context.Context, g Guest) error {
 	if !c.power.detect(ctx) {
 		return ErrNeedsVirtAPI
 	}
-	return c.kv(ctx).KubevirtV1().VirtualMachineInstances(g.Namespace()).Reset(ctx, g.Name())
+	return c.as(ctx).kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Reset(ctx, g.Name())
 }
 
 // PauseVM freezes the running instance (PVE suspend without todisk).
@@ -126,7 +126,7 @@ func (c *Cluster) PauseVM(ctx context.Context, g Guest) error {
 	if !c.power.detect(ctx) {
 		return ErrNeedsVirtAPI
 	}
-	return c.kv(ctx).KubevirtV1().VirtualMachineInstances(g.Namespace()).Pause(ctx, g.Name(), &kubevirtv1.PauseOptions{})
+	return c.as(ctx).kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Pause(ctx, g.Name(), &kubevirtv1.PauseOptions{})
 }
 
 // UnpauseVM resumes a paused instance.
@@ -134,7 +134,7 @@ func (c *Cluster) UnpauseVM(ctx context.Context, g Guest) error {
 	if !c.power.detect(ctx) {
 		return ErrNeedsVirtAPI
 	}
-	return c.kv(ctx).KubevirtV1().VirtualMachineInstances(g.Namespace()).Unpause(ctx, g.Name(), &kubevirtv1.UnpauseOptions{})
+	return c.as(ctx).kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Unpause(ctx, g.Name(), &kubevirtv1.UnpauseOptions{})
 }
 
 // setRunStrategy replaces spec.runStrategy (and drops the deprecated

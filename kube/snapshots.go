@@ -34,7 +34,7 @@ const snapshotSourceIndex = "source"
 // startSnapshotStores watches snapshots and restores when the API exists.
 func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 	if !c.opts.AssumeKubeVirtAPIs {
-		if _, err := c.Kube.Discovery().ServerResourcesForGroupVersion(SnapshotGroupVersion); err != nil {
+		if _, err := c.own.kube.Discovery().ServerResourcesForGroupVersion(SnapshotGroupVersion); err != nil {
 			c.logger.Info("snapshot API not served; snapshot endpoints will say so", zap.Error(err))
 			return nil
 		}
@@ -48,8 +48,8 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		}
 		return nil, nil
 	}
-	snaps := c.KubeVirt.SnapshotV1beta1()
-	c.snapshots = newStore(ctx, c.Kube, c.opts.Namespaces, &snapshotv1.VirtualMachineSnapshot{}, listWatchFuncs{
+	snaps := c.own.kv.SnapshotV1beta1()
+	c.snapshots = newStore(ctx, c.own.kube, c.opts.Namespaces, &snapshotv1.VirtualMachineSnapshot{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return snaps.VirtualMachineSnapshots(ns).List(ctx, o)
 		},
@@ -57,7 +57,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 			return snaps.VirtualMachineSnapshots(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, func(any, any) { c.Tasks.poke() })
-	c.restores = newStore(ctx, c.Kube, c.opts.Namespaces, &snapshotv1.VirtualMachineRestore{}, listWatchFuncs{
+	c.restores = newStore(ctx, c.own.kube, c.opts.Namespaces, &snapshotv1.VirtualMachineRestore{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return snaps.VirtualMachineRestores(ns).List(ctx, o)
 		},
@@ -119,7 +119,7 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 		},
 		Spec: snapshotv1.VirtualMachineSnapshotSpec{Source: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: g.Name()}},
 	}
-	out, err := c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshots(g.Namespace()).Create(ctx, s, metav1.CreateOptions{})
+	out, err := c.as(ctx).kv.SnapshotV1beta1().VirtualMachineSnapshots(g.Namespace()).Create(ctx, s, metav1.CreateOptions{})
 	if err == nil {
 		c.snapshots.put(out)
 	}
@@ -129,7 +129,7 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 // DeleteSnapshot deletes a snapshot, guarded by its UID.
 func (c *Cluster) DeleteSnapshot(ctx context.Context, s *snapshotv1.VirtualMachineSnapshot) error {
 	uid := s.UID
-	return c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	return c.as(ctx).kv.SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }
 
 // SetSnapshotDescription updates the description annotation.
@@ -139,7 +139,7 @@ func (c *Cluster) SetSnapshotDescription(ctx context.Context, s *snapshotv1.Virt
 		cp.Annotations = map[string]string{}
 	}
 	cp.Annotations[translate.AnnotationDescription] = description
-	_, err := c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Update(ctx, cp, metav1.UpdateOptions{})
+	_, err := c.as(ctx).kv.SnapshotV1beta1().VirtualMachineSnapshots(s.Namespace).Update(ctx, cp, metav1.UpdateOptions{})
 	return err
 }
 
@@ -162,7 +162,7 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 			VolumeRestorePolicy: ptr.To(snapshotv1.VolumeRestorePolicyInPlace),
 		},
 	}
-	return c.kv(ctx).SnapshotV1beta1().VirtualMachineRestores(g.Namespace()).Create(ctx, r, metav1.CreateOptions{})
+	return c.as(ctx).kv.SnapshotV1beta1().VirtualMachineRestores(g.Namespace()).Create(ctx, r, metav1.CreateOptions{})
 }
 
 // snapshotState tells whether a snapshot is ready, failed (with why) or
@@ -251,7 +251,9 @@ func (c *Cluster) reapplySnapshotConfig(ctx context.Context, ns, restoreName str
 	if err != nil {
 		return err
 	}
-	out, err := c.KubeVirt.KubevirtV1().VirtualMachines(ns).Patch(ctx, cur.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	// As the plugin: any replica judging the task runs this, after the
+	// request that asked for the (permitted) rollback has ended.
+	out, err := c.own.kv.KubevirtV1().VirtualMachines(ns).Patch(ctx, cur.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("restoring the PVE config of %s/%s: %w", ns, cur.Name, err)
 	}
@@ -265,7 +267,7 @@ func (c *Cluster) SnapshotVM(ctx context.Context, s *snapshotv1.VirtualMachineSn
 	if s.Status == nil || s.Status.VirtualMachineSnapshotContentName == nil {
 		return nil, nil
 	}
-	content, err := c.kv(ctx).SnapshotV1beta1().VirtualMachineSnapshotContents(s.Namespace).Get(ctx, *s.Status.VirtualMachineSnapshotContentName, metav1.GetOptions{})
+	content, err := c.as(ctx).kv.SnapshotV1beta1().VirtualMachineSnapshotContents(s.Namespace).Get(ctx, *s.Status.VirtualMachineSnapshotContentName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -173,7 +173,9 @@ func (ts *Tasks) Begin(ctx context.Context, spec TaskSpec) (*Task, error) {
 		t.finish(translate.ExitOK, now)
 	}
 	cm := t.toConfigMap(ts.c.opts.TaskNamespace)
-	if _, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	// Task records are the plugin's own: callers need no rights on the
+	// task namespace, and any replica may finish a task.
+	if _, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("recording task %s: %w", u, err)
 	}
 	// Copy before publishing: once t is in recent, the worker may finish
@@ -293,7 +295,7 @@ func (ts *Tasks) lookup(ctx context.Context, u translate.UPID) *Task {
 		return best
 	}
 	// Another replica may have written it an instant ago.
-	cm, err := ts.c.Kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Get(ctx, name, metav1.GetOptions{})
+	cm, err := ts.c.own.kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -349,7 +351,7 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) {
 	}
 	ts.mu.Unlock()
 	cm := t.toConfigMap(ts.c.opts.TaskNamespace)
-	cur, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{})
+	cur, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{})
 	if err != nil {
 		ts.c.logger.Warn("task record unavailable", zap.String("upid", t.UPID.String()), zap.Error(err))
 		return
@@ -368,7 +370,7 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) {
 		return
 	}
 	cur.Data = cm.Data
-	if _, err := ts.c.Kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+	if _, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
 		ts.c.logger.Warn("finishing task", zap.String("upid", t.UPID.String()), zap.Error(err))
 		return
 	}
@@ -382,7 +384,7 @@ func (ts *Tasks) prune(ctx context.Context, now time.Time) {
 		if t.Running() || now.Sub(t.EndTime) < ts.Retention {
 			continue
 		}
-		err := ts.c.Kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Delete(ctx, t.cmName, metav1.DeleteOptions{})
+		err := ts.c.own.kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Delete(ctx, t.cmName, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			ts.c.logger.Debug("pruning task", zap.String("upid", t.UPID.String()), zap.Error(err))
 			continue
@@ -407,7 +409,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	if o := ts.c.vmis.get(t.namespace, t.name); o != nil {
 		vmi = o.(*kubevirtv1.VirtualMachineInstance)
 	}
-	running := vmi != nil && vmi.Status.Phase == kubevirtv1.Running && vmi.DeletionTimestamp == nil
+	running := translate.VMIRunning(vmi)
 	final := vmi == nil || vmi.IsFinal()
 	switch t.goal {
 	case GoalNone:
@@ -508,7 +510,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vmi != nil && vmi.Status.Phase == kubevirtv1.Failed {
 			return true, "start failed: the VM instance failed" + reason(vm), nil
 		}
-		paused := vmi != nil && VMIPaused(vmi)
+		paused := vmi != nil && translate.VMIPaused(vmi)
 		switch {
 		case t.goal == GoalRunning && running:
 			return true, translate.ExitOK, nil
@@ -557,16 +559,6 @@ func reason(vm *kubevirtv1.VirtualMachine) string {
 		}
 	}
 	return ""
-}
-
-// VMIPaused tells whether an instance has a true Paused condition.
-func VMIPaused(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	for _, c := range vmi.Status.Conditions {
-		if c.Type == kubevirtv1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 func (t *Task) finish(exit string, at time.Time) {

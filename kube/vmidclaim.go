@@ -41,7 +41,9 @@ type vmidClaim struct {
 // claimVMID reserves vmid for the VM ns/name. A claim left by a VM that
 // is gone (or by a create that never finished) is taken over.
 func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidClaim, error) {
-	cms := c.Kube.CoreV1().ConfigMaps(c.opts.TaskNamespace)
+	// Claims are the plugin's own records, shared by every caller and
+	// replica; callers need no rights on the task namespace.
+	cms := c.own.kube.CoreV1().ConfigMaps(c.opts.TaskNamespace)
 	want := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: claimPrefix + vmid, Namespace: c.opts.TaskNamespace,
@@ -82,7 +84,9 @@ func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidCl
 // claimLive tells whether a claim still holds its vmid: its VM exists
 // (and carries the id), or its create may still be in flight.
 func (c *Cluster) claimLive(ctx context.Context, cm *corev1.ConfigMap) (bool, error) {
-	vm, err := c.KubeVirt.KubevirtV1().VirtualMachines(cm.Data["namespace"]).Get(ctx, cm.Data["name"], metav1.GetOptions{})
+	// As the plugin: the claim's VM may be one the caller cannot read, and
+	// it still holds its vmid.
+	vm, err := c.own.kv.KubevirtV1().VirtualMachines(cm.Data["namespace"]).Get(ctx, cm.Data["name"], metav1.GetOptions{})
 	switch {
 	case err == nil:
 		if uid := cm.Data["uid"]; uid != "" {
@@ -102,7 +106,7 @@ func (c *Cluster) claimLive(ctx context.Context, cm *corev1.ConfigMap) (bool, er
 // commit records the created VM's UID, so the claim ends with that VM.
 func (cl *vmidClaim) commit(ctx context.Context, uid types.UID) {
 	cl.cm.Data["uid"] = string(uid)
-	if _, err := cl.c.Kube.CoreV1().ConfigMaps(cl.cm.Namespace).Update(ctx, cl.cm, metav1.UpdateOptions{}); err != nil {
+	if _, err := cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Update(ctx, cl.cm, metav1.UpdateOptions{}); err != nil {
 		// The VM carries the label; the claim stays valid through it.
 		cl.c.logger.Debug("recording the vmid claim", zap.String("claim", cl.cm.Name), zap.Error(err))
 	}
@@ -111,5 +115,5 @@ func (cl *vmidClaim) commit(ctx context.Context, uid types.UID) {
 // release gives the vmid back after a failed create.
 func (cl *vmidClaim) release(ctx context.Context) {
 	uid := cl.cm.UID
-	_ = cl.c.Kube.CoreV1().ConfigMaps(cl.cm.Namespace).Delete(ctx, cl.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	_ = cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Delete(ctx, cl.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
@@ -128,6 +130,43 @@ func (c *Cluster) table() *vmidTable {
 
 // VMIDTaken tells whether id is shown by, or claimed by, any VM.
 func (c *Cluster) VMIDTaken(id int) bool { return c.table().taken(id) }
+
+// nextIDHold is how long ReserveNextVMID keeps an id it handed out.
+const nextIDHold = 30 * time.Second
+
+// idHolds are the ids ReserveNextVMID handed out lately, by time.
+type idHolds struct {
+	mu   sync.Mutex
+	held map[int]time.Time
+}
+
+// ReserveNextVMID is NextVMID for /cluster/nextid: it skips the ids it
+// handed out in the last 30 s and holds the one it returns as long, so
+// that two clients asking at once are not given the same id. The holds
+// belong to this cluster connection: sites on other clusters do not share
+// them, and neither do replicas (their creates meet at the vmid claim).
+func (c *Cluster) ReserveNextVMID(from int) (int, bool) {
+	return c.reserveNextVMID(from, time.Now())
+}
+
+func (c *Cluster) reserveNextVMID(from int, now time.Time) (int, bool) {
+	h := &c.nextIDs
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, t := range h.held {
+		if now.Sub(t) >= nextIDHold {
+			delete(h.held, id)
+		}
+	}
+	id, ok := c.NextVMID(from, func(id int) bool { _, held := h.held[id]; return held })
+	if ok {
+		if h.held == nil {
+			h.held = map[int]time.Time{}
+		}
+		h.held[id] = now
+	}
+	return id, ok
+}
 
 // NextVMID returns the lowest free vmid at or above from, like PVE's
 // /cluster/nextid. reserved holds ids promised but not yet visible.

@@ -104,14 +104,15 @@ func (c *Cluster) VolumeNameTaken(ctx context.Context, ns, name string) (bool, e
 	if c.CachedPVC(ns, name) != nil || len(c.ClaimUsers(ns, name, "")) > 0 {
 		return true, nil
 	}
-	_, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	// As the plugin: a claim the caller cannot read still takes the name.
+	_, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		return true, nil
 	case !apierrors.IsNotFound(err):
 		return false, err
 	}
-	if cdi := c.cdi(ctx); cdi != nil {
+	if cdi := c.as(ctx).cdi; cdi != nil {
 		_, err := cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err == nil:
@@ -130,7 +131,7 @@ func (c *Cluster) VolumeNameTaken(ctx context.Context, ns, name string) (bool, e
 // read. The caller has made sure no other VM uses the claim.
 func (c *Cluster) DeleteVolume(ctx context.Context, ns, name string) error {
 	bg := metav1.DeletePropagationBackground
-	if cdi := c.cdi(ctx); cdi != nil {
+	if cdi := c.as(ctx).cdi; cdi != nil {
 		dv, err := cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err == nil:
@@ -146,7 +147,7 @@ func (c *Cluster) DeleteVolume(ctx context.Context, ns, name string) error {
 			return err
 		}
 	}
-	pvc, err := c.kube(ctx).CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	pvc, err := c.as(ctx).kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -154,7 +155,7 @@ func (c *Cluster) DeleteVolume(ctx context.Context, ns, name string) error {
 		return err
 	}
 	uid := pvc.UID
-	err = c.kube(ctx).CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg})
+	err = c.as(ctx).kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -32,7 +32,7 @@ func (c *Cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 			return nil, err
 		}
 	}
-	out, err := c.kv(ctx).KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
+	out, err := c.as(ctx).kv.KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
 	if err != nil {
 		if claim != nil {
 			claim.release(context.WithoutCancel(ctx))
@@ -56,7 +56,7 @@ func (c *Cluster) DeleteVM(ctx context.Context, g Guest) error {
 	// Background, not foreground: foreground deletion waits on the garbage
 	// collector, and the delete task must end when the VM object is gone.
 	bg := metav1.DeletePropagationBackground
-	return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{
+	return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &uid},
 		PropagationPolicy: &bg,
 	})
@@ -116,7 +116,7 @@ func (c *Cluster) jsonPatchVM(ctx context.Context, g Guest, ops []patchOp) (*kub
 	if err != nil {
 		return nil, fmt.Errorf("encoding patch: %w", err)
 	}
-	return c.kv(ctx).KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
+	return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
 }
 
 // cacheVM puts a VM the apiserver just answered into the cache, so that
@@ -131,7 +131,7 @@ var ErrModified = errors.New("detected modified configuration - file changed by 
 // ResizePVC grows a claim's storage request.
 func (c *Cluster) ResizePVC(ctx context.Context, ns, name string, bytes int64) error {
 	body := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, resource.NewQuantity(bytes, resource.BinarySI).String())
-	_, err := c.kube(ctx).CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+	_, err := c.as(ctx).kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
 	return err
 }
 
@@ -147,7 +147,7 @@ func (c *Cluster) ApplySecret(ctx context.Context, vm *kubevirtv1.VirtualMachine
 		},
 		Data: data,
 	}
-	secrets := c.kube(ctx).CoreV1().Secrets(vm.Namespace)
+	secrets := c.as(ctx).kube.CoreV1().Secrets(vm.Namespace)
 	cur, err := secrets.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = secrets.Create(ctx, s, metav1.CreateOptions{})
@@ -164,5 +164,5 @@ func (c *Cluster) ApplySecret(ctx context.Context, vm *kubevirtv1.VirtualMachine
 
 // Secret reads a Secret (direct read; secrets are never cached).
 func (c *Cluster) Secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
-	return c.kube(ctx).CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	return c.as(ctx).kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 }

@@ -139,7 +139,7 @@ func (s *ConsoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Dial opens a console websocket to s in-process (no network): the
 // simulator's replacement for kvcorev1.AsyncSubresourceHelper. Its
-// signature matches kube.ConsoleDialer.
+// signature matches what kube.Simulate dials consoles with.
 func (s *ConsoleServer) Dial(ctx context.Context, ns, name, kind string) (*websocket.Conn, error) {
 	s.mu.Lock()
 	if s.closed {

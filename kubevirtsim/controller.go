@@ -84,7 +84,7 @@ const workers = 2
 //     status of a running VMI, graceful shutdown on deletion and garbage
 //     collection of VMIs whose VM is gone.
 //
-// Further reconcilers share its queue (extensions.go):
+// Further reconcilers share its queue (reconcilers.go):
 //
 //   - with Options.CDI, CDI's DataVolume controller and the VM controller's
 //     handling of spec.dataVolumeTemplates (datavolume.go): VMs wait in
@@ -113,7 +113,7 @@ type Controller struct {
 	nodeInformer cache.SharedIndexInformer
 	dependencies []vmDependency
 	// ext holds the reconcilers beyond VMs and VMIs (DataVolumes and PVCs,
-	// snapshots, restores, clones); see extensions.go.
+	// snapshots, restores, clones); see reconcilers.go.
 	ext extensions
 
 	queue   workqueue.TypedRateLimitingInterface[string]
@@ -248,7 +248,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 }
 
 // sync reconciles the VM and the VMI stored under key, or hands a key of
-// another kind (see extensions.go) to its reconciler.
+// another kind (see reconcilers.go) to its reconciler.
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
 	if fn, rest, ok := c.ext.syncerFor(key); ok {
 		return fn(ctx, rest)

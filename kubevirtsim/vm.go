@@ -24,7 +24,7 @@ import (
 // the controller may start a VMI for a VM, the way KubeVirt's VM controller
 // first creates a VM's DataVolumes (handleDataVolumes) and reports their
 // progress through printableStatus. The DataVolume reconciler (datavolume.go)
-// and the restore lock (restore.go) plug in here; extensions.go appends them
+// and the restore lock (restore.go) plug in here; reconcilers.go appends them
 // to Controller.dependencies.
 type vmDependency interface {
 	// ready creates what the VM needs and reports whether a VMI may start.

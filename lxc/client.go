@@ -69,15 +69,62 @@ func (t target) path(suffix string) string {
 	return fmt.Sprintf("/nodes/%s/%s/%d/%s", t.node, t.kind, t.vmid, suffix)
 }
 
-// guestStatus is the part of status/current a wake needs.
+// guestStatus is the part of status/current a wake and a stop need.
 type guestStatus struct {
-	Status    string `json:"status"`
-	QMPStatus string `json:"qmpstatus"`
-	Lock      string `json:"lock"`
+	Status    string   `json:"status"`
+	QMPStatus string   `json:"qmpstatus"`
+	Lock      string   `json:"lock"`
+	Template  pveBool  `json:"template"`
+	HA        haStatus `json:"ha"`
 }
 
+// haStatus is status/current's "ha": whether pve-ha-manager manages the
+// guest (an ignored resource is not managed) and its service state.
+type haStatus struct {
+	Managed pveBool `json:"managed"`
+	State   string  `json:"state"`
+}
+
+// paused reports whether QEMU runs without running the guest: suspended
+// to RAM, in S3 (suspended) or started paused for a backup (prelaunch),
+// the states PVE's vm_is_paused knows. A resume starts it.
 func (s guestStatus) paused() bool {
-	return s.QMPStatus == "paused" || s.Lock == "suspended"
+	switch s.QMPStatus {
+	case "paused", "prelaunch", "suspended":
+		return s.Status == "running"
+	}
+	return false
+}
+
+// obs is the part of a status that, when it changes, ends a failed
+// wake's back-off.
+func (s guestStatus) obs() string {
+	return obsKey(s.Status, s.Lock, s.haState())
+}
+
+// haState is the HA service state of a managed guest, else "".
+func (s guestStatus) haState() string {
+	if !s.HA.Managed {
+		return ""
+	}
+	return s.HA.State
+}
+
+func obsKey(status, lock, hastate string) string {
+	return status + "|" + lock + "|" + hastate
+}
+
+// pveBool reads PVE's booleans, which come as 0/1, "0"/"1" or true/false.
+type pveBool bool
+
+func (b *pveBool) UnmarshalJSON(data []byte) error {
+	switch strings.Trim(string(data), `"`) {
+	case "1", "true":
+		*b = true
+	default:
+		*b = false
+	}
+	return nil
 }
 
 // status reads status/current.
@@ -150,9 +197,4 @@ func runTask(ctx context.Context, c *proxmox.Client, t target, action string, in
 		return task, fmt.Errorf("waiting for the %s task: %w", action, err)
 	}
 	return task, nil
-}
-
-// isAlreadyRunning recognises PVE's answer to starting a running guest.
-func isAlreadyRunning(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "already running")
 }

@@ -2,6 +2,7 @@ package lxc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -62,9 +63,26 @@ type Guest struct {
 	heldDeps                []*Guest
 	failures                int
 	failedUntil             time.Time
-	lastErr                 string
-	external                bool
-	lastStop                string
+	// failedObs is the guest's status|lock|hastate when the last wake
+	// failed: a poll that sees another ends the back-off (a lock
+	// cleared, someone started it).
+	failedObs string
+	// seen is the status|lock|hastate this wake last read.
+	seen     string
+	lastErr  string
+	external bool
+	lastStop string
+	// res is the guest's row in the last poll.
+	res Resource
+	// idleDeferred: an idle stop was put off (a lock, HA busy); the next
+	// poll checks again. deferredWhy is the reason last logged.
+	idleDeferred bool
+	deferredWhy  string
+	// beforeStop is the state a deferred stop returns to.
+	beforeStop State
+	// warned remembers the one-time warnings given (LXC suspend, HA
+	// containers' hard stop).
+	warned map[string]bool
 
 	prog progress
 }
@@ -95,6 +113,9 @@ func AcquireGuest(c *Cluster, ref string, cfg GuestConfig, logger *zap.Logger) (
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := c.checkTarget(ref, cfg); err != nil {
+		return nil, err
+	}
 	b, err := acquire(c, ref, cfg, true, logger)
 	if err != nil {
 		return nil, err
@@ -103,6 +124,12 @@ func AcquireGuest(c *Cluster, ref string, cfg GuestConfig, logger *zap.Logger) (
 		dcfg := GuestConfig{IdleTimeout: cfg.IdleTimeout, Probe: ProbeNone}.WithDefaults()
 		dcfg.WakeTimeout, dcfg.StopMethod, dcfg.StopTimeout, dcfg.TaskPollInterval = cfg.WakeTimeout, cfg.StopMethod, cfg.StopTimeout, cfg.TaskPollInterval
 		dcfg.needAddress = false
+		// A dependency inherits stop_method; a container among them is
+		// shut down instead of suspended, with a warning.
+		if err := c.checkTarget(d, GuestConfig{StopMethod: StopShutdown}); err != nil {
+			_ = b.Release()
+			return nil, fmt.Errorf("depends_on: %w", err)
+		}
 		db, err := acquire(c, d, dcfg, false, logger)
 		if err != nil {
 			_ = b.Release()
@@ -140,6 +167,26 @@ func acquire(c *Cluster, ref string, cfg GuestConfig, explicit bool, logger *zap
 	g.mu.Unlock()
 	c.subscribe(g)
 	return b, nil
+}
+
+// checkTarget refuses, when the cluster was already polled (a reload), a
+// config that cannot work on the guest it names: a template, which PVE
+// never starts, and stop_method suspend for a container. Before the
+// first poll nothing is known: the wake then refuses the template, and
+// the stop maps suspend to shutdown with a warning.
+func (c *Cluster) checkTarget(ref string, cfg GuestConfig) error {
+	res, polled, err := c.lookupPolled(ref)
+	if !polled {
+		return nil
+	}
+	var te *templateError
+	if errors.As(err, &te) {
+		return fmt.Errorf("guest %s: %w", ref, err)
+	}
+	if err == nil && res.Kind == "lxc" && cfg.StopMethod == StopSuspend {
+		return fmt.Errorf("guest %s is a container: stop_method suspend is PVE's experimental container checkpoint (CRIU, not installed by default, and the next start would cold-boot it); use shutdown or stop", ref)
+	}
+	return nil
 }
 
 // checkCycle refuses depends_on loops, which would deadlock wakes.
@@ -310,18 +357,20 @@ func (g *Guest) emit(e Event) {
 	g.prog.emit(e)
 }
 
-// observe applies a poll result. Only the ruling binding's cluster feeds
-// state, so two pollers overlapping during a reload never disagree.
-func (g *Guest) observe(c *Cluster, res Resource, found bool, now time.Time) {
+// observe applies a poll result (lookupErr is the ref's lookup error).
+// Only the ruling binding's cluster feeds state, so two pollers
+// overlapping during a reload never disagree.
+func (g *Guest) observe(c *Cluster, res Resource, lookupErr error, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if b := g.currentLocked(); b.c != c {
 		return
 	}
 	busy := g.wake != nil || g.state == StateStopping
-	if !found {
+	var te *templateError
+	if lookupErr != nil && !errors.As(lookupErr, &te) {
 		if !busy && g.state != StateMissing {
-			g.logger.Warn("guest not found in /cluster/resources")
+			g.logger.Warn("guest not found in /cluster/resources", zap.Error(lookupErr))
 			g.setStateLocked(StateMissing)
 			g.host = ""
 		}
@@ -333,39 +382,88 @@ func (g *Guest) observe(c *Cluster, res Resource, found bool, now time.Time) {
 		}
 		g.target = target{node: res.Node, kind: res.Kind, vmid: res.VMID}
 	}
-	g.name = res.Name
+	if res.Name != "" {
+		g.name = res.Name
+	}
+	g.res = res
+	if g.idleDeferred {
+		g.idleDeferred = false
+		g.armIdleLocked(0)
+	}
 	if busy {
 		return
 	}
-	switch res.Status {
-	case "running":
-		switch g.state {
-		case StateUnknown, StateStopped, StateMissing:
-			if g.state != StateUnknown {
-				g.logger.Info("guest started outside Caddy; counting it as activity",
-					zap.String("node", res.Node), zap.Int("vmid", res.VMID))
-			}
-			g.external = true
-			g.setStateLocked(StateRunning)
-			g.lastActivity = now
-			g.armIdleLocked(0)
-		case StateFailed:
-			if now.After(g.failedUntil) {
-				g.setStateLocked(StateRunning)
-			}
-			g.armIdleLocked(0)
+	next, external, note := observedState(g.state, res, te != nil)
+	if g.state == StateFailed {
+		if res.obs() == g.failedObs || next == StateFailed {
+			return
 		}
-	case "stopped":
-		switch g.state {
-		case StateReady, StateRunning, StateSuspended, StateUnknown, StateMissing:
-			if g.state == StateReady || g.state == StateRunning {
-				g.logger.Info("guest stopped outside Caddy", zap.String("node", res.Node), zap.Int("vmid", res.VMID))
+		// The guest changed since the wake failed: the back-off was about
+		// what no longer is.
+		g.logger.Info("guest changed since the failed wake; back-off ends", zap.String("was", g.failedObs), zap.String("now", res.obs()))
+		g.failedUntil = time.Time{}
+		g.failedObs = ""
+	}
+	if note != "" {
+		g.logger.Info(note, zap.String("node", res.Node), zap.Int("vmid", res.VMID))
+	}
+	if next == g.state {
+		return
+	}
+	g.setStateLocked(next)
+	switch next {
+	case StateRunning:
+		if external {
+			g.external = true
+			g.lastActivity = now
+		}
+		g.armIdleLocked(0)
+	case StateStopped, StateMissing:
+		g.host = ""
+		g.releaseDepsLocked()
+	}
+}
+
+// observedState is the state a poll row moves an idle guest (no wake or
+// stop running) to, whether that counts as an outside start, and what to
+// log. Rows never demote a guest on "unknown" (no status: pvestatd
+// stalled); a VM "running" under a backup lock after being stopped is a
+// backup's prelaunch, not a start; a template is never up.
+func observedState(cur State, res Resource, template bool) (next State, external bool, note string) {
+	switch {
+	case template:
+		return StateMissing, false, ""
+	case res.Status == "unknown":
+		return cur, false, ""
+	case res.Status == "running":
+		switch cur {
+		case StateUnknown, StateStopped, StateMissing, StateSuspended, StateFailed:
+			if res.Kind == "qemu" && res.Lock == "backup" && cur != StateSuspended {
+				// vzdump runs a stopped VM paused to read its disks.
+				if cur == StateStopped {
+					return cur, false, ""
+				}
+				return StateStopped, false, ""
 			}
-			g.setStateLocked(StateStopped)
-			g.host = ""
-			g.releaseDepsLocked()
+			if cur == StateSuspended {
+				return cur, false, "" // a suspended VM is "running" to PVE
+			}
+			if cur == StateUnknown {
+				return StateRunning, true, ""
+			}
+			return StateRunning, true, "guest started outside Caddy; counting it as activity"
+		}
+	case res.Status == "stopped":
+		switch cur {
+		case StateReady, StateRunning, StateSuspended, StateUnknown, StateMissing, StateFailed:
+			note := ""
+			if cur == StateReady || cur == StateRunning {
+				note = "guest stopped outside Caddy"
+			}
+			return StateStopped, false, note
 		}
 	}
+	return cur, false, ""
 }
 
 // hold keeps a dependency awake while a dependent is up.
@@ -419,6 +517,10 @@ type Info struct {
 	LastError   string   `json:"last_error,omitempty"`
 	RetryIn     *float64 `json:"retry_in,omitempty"`
 	LastStop    string   `json:"last_stop_reason,omitempty"`
+	// Lock and HAState are the guest's config lock and HA state as the
+	// last poll saw them.
+	Lock    string `json:"lock,omitempty"`
+	HAState string `json:"hastate,omitempty"`
 }
 
 // Info returns a snapshot.
@@ -433,6 +535,7 @@ func (g *Guest) Info() Info {
 		Inflight: g.inflight, Streams: g.streams, Held: g.held, Holders: g.holders,
 		IdleTimeout: cfg.IdleTimeout.String(), StopMethod: cfg.StopMethod,
 		External: g.external, LastError: g.lastErr, LastStop: g.lastStop,
+		Lock: g.res.Lock, HAState: g.res.HAState,
 	}
 	if !g.lastActivity.IsZero() {
 		t := g.lastActivity
@@ -490,6 +593,21 @@ func FindGuest(cluster, ref string) *Guest {
 	})
 	return found
 }
+
+// Guests returns the runtimes of this cluster's guests.
+func (c *Cluster) Guests() []*Guest {
+	var out []*Guest
+	for _, g := range Guests() {
+		if g.clusterName == c.Name() {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// FindGuest returns the runtime of this cluster's guest ref, or of its
+// guest whose vmid or name is ref.
+func (c *Cluster) FindGuest(ref string) *Guest { return FindGuest(c.Name(), ref) }
 
 // WakeTimeout is the ruling config's wake_timeout.
 func (g *Guest) WakeTimeout() time.Duration { return g.current().cfg.WakeTimeout }

@@ -48,25 +48,6 @@ func TestParseWindow(t *testing.T) {
 	}
 }
 
-func TestConfigMACs(t *testing.T) {
-	macs, static := configMACs(map[string]any{
-		"net1": "name=eth1,bridge=vmbr1,hwaddr=BC:24:11:00:00:02,ip=10.0.0.5/24,type=veth",
-		"net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp,type=veth",
-		"nets": "x",
-	})
-	if fmt.Sprint(macs) != "[bc:24:11:00:00:01 bc:24:11:00:00:02]" || fmt.Sprint(static) != "[10.0.0.5]" {
-		t.Fatalf("%v %v", macs, static)
-	}
-	macs, _ = configMACs(map[string]any{"net0": "virtio=BC:24:11:AA:BB:CC,bridge=vmbr0,firewall=1"})
-	if fmt.Sprint(macs) != "[bc:24:11:aa:bb:cc]" {
-		t.Fatalf("qemu mac %v", macs)
-	}
-	got := pick([]string{"bc:24:11:00:00:01"}, []candidate{{"aa", "10.1.1.1"}, {"bc:24:11:00:00:01", "fe80::1"}, {"bc:24:11:00:00:01", "10.2.2.2"}})
-	if got != "10.2.2.2" {
-		t.Fatalf("pick %s", got)
-	}
-}
-
 // TestWakeIdleCycle drives a guest through wake, idle stop and a second
 // wake directly, without Caddy.
 func TestWakeIdleCycle(t *testing.T) {
@@ -136,5 +117,55 @@ func TestWakeIdleCycle(t *testing.T) {
 	}
 	if sim.ActionCalls(150, "start") != 2 {
 		t.Fatalf("second wake: %v", sim.CallCounts())
+	}
+}
+
+// TestHAStopStaysStopping: an HA-managed container's stop task only asks
+// HA; the guest stays "stopping" (not proxied, requests held) for as long
+// as PVE still runs it, and gets HA's hard stop, never a shutdown HA
+// could leave in its error state.
+func TestHAStopStaysStopping(t *testing.T) {
+	sim := pvesim.New(pvesim.Options{TaskDelay: 10 * time.Millisecond, HADelay: 300 * time.Millisecond})
+	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 150, IP: "127.0.0.151", Port: testutil.FreePort(t), HA: true, Running: true}); err != nil {
+		t.Fatal(err)
+	}
+	url, err := sim.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	logger := zaptest.NewLogger(t)
+	c, err := AcquireCluster(ClusterConfig{Name: "unit-ha", URLs: []string{url}, TokenID: sim.TokenID(), TokenSecret: sim.TokenSecret(), PollInterval: 50 * time.Millisecond}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	b, err := AcquireGuest(c, "150", GuestConfig{IdleTimeout: time.Hour, TaskPollInterval: 10 * time.Millisecond}.WithDefaults(), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	g := b.Guest()
+	c.Start()
+	testutil.WaitFor(t, 3*time.Second, "the guest running", func() bool { return g.State() == StateRunning })
+	if err := g.Sleep("admin"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 3*time.Second, "HA's stop call", func() bool { return sim.ActionCalls(150, "stop") == 1 })
+	// The guest's state is read first: once PVE stopped the guest, nothing
+	// starts it again, so "running" after it means running during it.
+	for {
+		s := g.State()
+		if sim.Status(150) != "running" {
+			break
+		}
+		if s != StateStopping {
+			t.Fatalf("state %s while PVE still runs the guest", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	testutil.WaitFor(t, 3*time.Second, "the guest stopped", func() bool { return g.State() == StateStopped })
+	if sim.ActionCalls(150, "shutdown") != 0 || sim.HAState(150) != "stopped" {
+		t.Fatalf("calls %v, HA state %s", sim.CallCounts(), sim.HAState(150))
 	}
 }

@@ -64,6 +64,9 @@ const (
 type failure struct {
 	public string
 	err    error
+	// waited: the wake ran out of time waiting for something it names
+	// (a backup, HA), which says more than "not ready in time".
+	waited bool
 }
 
 func (f *failure) Error() string { return f.err.Error() }
@@ -106,6 +109,7 @@ func (g *Guest) wakeLocked(reason string, force bool) *WakeOp {
 	}
 	op := &WakeOp{done: make(chan struct{}), started: now}
 	g.wake = op
+	g.seen = ""
 	if g.state != StateStopping {
 		g.setStateLocked(StateStarting)
 	}
@@ -147,9 +151,13 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 	defer cancel()
 	deps, err := g.wakeSteps(ctx, b)
 	if err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		public := fmt.Sprintf("The service was not ready within %s.", cfg.WakeTimeout)
+		if f := (*failure)(nil); errors.As(err, &f) && f.waited {
+			public = f.public
+		}
 		err = &WakeError{
 			Err:     fmt.Errorf("not ready within wake_timeout %s: %w", cfg.WakeTimeout, err),
-			Public:  fmt.Sprintf("The service was not ready within %s.", cfg.WakeTimeout),
+			Public:  public,
 			Timeout: true,
 		}
 	}
@@ -165,6 +173,10 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 			backoff = cfg.MaxBackoff
 		}
 		g.failedUntil = now.Add(backoff)
+		g.failedObs = g.seen
+		if g.failedObs == "" {
+			g.failedObs = g.res.obs()
+		}
 		g.lastErr = err.Error()
 		we, ok := err.(*WakeError)
 		if !ok {
@@ -248,59 +260,20 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		return deps, fail("The Proxmox cluster is not configured.", errors.New("guest has no cluster"))
 	}
 	if err := c.WaitReady(ctx); err != nil {
+		if isPermission(err) {
+			return deps, g.permissionFailure(err)
+		}
 		return deps, fail("The Proxmox cluster is not reachable.", err)
 	}
 	res, err := c.Lookup(g.ref)
 	if err != nil {
-		return deps, fail("The guest was not found in the Proxmox cluster.", err)
+		return deps, lookupFailure(err)
 	}
-	t := target{node: res.Node, kind: res.Kind, vmid: res.VMID}
 	g.mu.Lock()
-	g.target, g.name = t, res.Name
+	g.target, g.name = target{node: res.Node, kind: res.Kind, vmid: res.VMID}, res.Name
 	g.mu.Unlock()
-	client := c.Client()
-	log := g.logger.With(zap.String("node", t.node), zap.Int("vmid", t.vmid), zap.String("type", t.kind))
-
-	// The poll may be a few seconds old: ask the guest's node.
-	st, err := status(ctx, client, t)
-	if err != nil {
-		return deps, fail(msgNoStatus, fmt.Errorf("reading status: %w", err))
-	}
-	switch {
-	case st.Status == "running" && st.paused():
-		g.emit(Event{Phase: "start_task", Message: "Resuming the suspended guest", Detail: fmt.Sprintf("Resuming %s %d on %s", kindLabel(t.kind), t.vmid, t.node), Progress: 20})
-		task, err := runTask(ctx, client, t, "resume", cfg.TaskPollInterval, cfg.StopTimeout)
-		if task != nil {
-			log.Info("resume task", zap.String("upid", string(task.UPID)), zap.Error(err))
-		}
-		if err != nil {
-			return deps, fail("The guest could not be resumed.", err)
-		}
-		g.emit(Event{Phase: "task_ok", Message: "Resumed", Progress: 50})
-	case st.Status == "running":
-		g.emit(Event{Phase: "running", Message: "Already running", Progress: 50})
-	default:
-		g.emit(Event{Phase: "start_task", Message: "Starting the guest", Detail: fmt.Sprintf("Starting %s %d on %s", kindLabel(t.kind), t.vmid, t.node), Progress: 15})
-		task, err := runTask(ctx, client, t, "start", cfg.TaskPollInterval, cfg.StopTimeout)
-		if task != nil {
-			log.Info("start task", zap.String("upid", string(task.UPID)), zap.NamedError("task_error", err))
-		}
-		if err != nil && !isAlreadyRunning(err) {
-			return deps, fail("The guest could not be started.", err)
-		}
-		g.emit(Event{Phase: "task_ok", Message: "Start task finished: OK", Progress: 45})
-	}
-
-	for {
-		if st.Status == "running" && !st.paused() {
-			break
-		}
-		if !sleepCtx(ctx, cfg.TaskPollInterval) {
-			return deps, fmt.Errorf("waiting for status running: %w", ctx.Err())
-		}
-		if st, err = status(ctx, client, t); err != nil {
-			return deps, fail(msgNoStatus, fmt.Errorf("reading status: %w", err))
-		}
+	if err := g.powerUp(ctx, c, cfg); err != nil {
+		return deps, err
 	}
 	g.emit(Event{Phase: "running", Message: "Guest is running", Progress: 55})
 
@@ -308,10 +281,12 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		return deps, nil
 	}
 	host := cfg.Address
+	client := c.Client()
 	var nc *netConfig // read once, on the first try that can
 	for host == "" {
 		var a string
 		var err error
+		t := g.liveTarget()
 		if nc == nil {
 			var v netConfig
 			if v, err = readNetConfig(ctx, client, t); err == nil {
@@ -322,10 +297,13 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 			a, err = discoverAddress(ctx, client, t, *nc)
 		}
 		if err != nil {
+			if isPermission(err) {
+				return deps, g.permissionFailure(err)
+			}
 			if errors.Is(err, errNoAgent) {
 				return deps, fail("The guest's address is not known.", err)
 			}
-			log.Debug("address discovery", zap.Error(err))
+			g.logger.Debug("address discovery", zap.Error(err), zap.String("node", t.node), zap.Int("vmid", t.vmid))
 		}
 		if a != "" {
 			host = a
@@ -359,6 +337,163 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		}
 	}
 	return deps, nil
+}
+
+// powerUp brings the guest to running, not paused. Each round reads
+// status/current on the node the latest poll names (HA may start the
+// guest elsewhere; a migration moves it) and acts on it: a start or
+// resume is posted at most once per need; locks and HA at work are
+// waited out, with what is happening on the loading page and no failure
+// counted; a permission refusal ends the wake at once. For an HA-managed
+// guest the start task only asks HA, so the wake goes on until the status
+// says running.
+func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error {
+	client := c.Client()
+	requested := false
+	waitingFor := ""
+	// outOfTime ends a wake whose wake_timeout passed, saying what it
+	// waited for, if anything.
+	outOfTime := func() error {
+		if waitingFor != "" {
+			return &failure{public: waitingFor + "; the service could not be started in time.", err: fmt.Errorf("still waiting (%s): %w", waitingFor, ctx.Err()), waited: true}
+		}
+		return fmt.Errorf("waiting for status running: %w", ctx.Err())
+	}
+	for first := true; ; first = false {
+		if !first && !sleepCtx(ctx, cfg.TaskPollInterval) {
+			return outOfTime()
+		}
+		st, t, err := g.statusFollowing(ctx, c)
+		if err != nil {
+			if ctx.Err() != nil {
+				return outOfTime()
+			}
+			if isPermission(err) {
+				return g.permissionFailure(err)
+			}
+			if isGone(err) {
+				return fail("The guest was not found in the Proxmox cluster.", fmt.Errorf("reading status: %w", err))
+			}
+			return fail(msgNoStatus, fmt.Errorf("reading status: %w", err))
+		}
+		g.mu.Lock()
+		g.seen = st.obs()
+		g.mu.Unlock()
+		step := nextWakeStep(t.kind, st, requested)
+		switch step.action {
+		case actUp:
+			if first {
+				g.emit(Event{Phase: "running", Message: "Already running", Progress: 50})
+			}
+			return nil
+		case actFail:
+			return fail(step.public, errors.New(step.detail))
+		case actWait:
+			if step.public != waitingFor {
+				waitingFor = step.public
+				g.emit(Event{Phase: "waiting", Message: step.public + ".", Detail: fmt.Sprintf("%s %d on %s: %s", kindLabel(t.kind), t.vmid, t.node, step.detail), Progress: 20})
+				g.logger.Info("wake waits", zap.String("why", step.detail), zap.String("node", t.node), zap.Int("vmid", t.vmid))
+			}
+			continue
+		}
+		waitingFor = ""
+		action, msg, verb := "start", "Starting the guest", "Starting"
+		if step.action == actResume {
+			action, msg, verb = "resume", "Resuming the suspended guest", "Resuming"
+		}
+		g.emit(Event{Phase: "start_task", Message: msg, Detail: fmt.Sprintf("%s %s %d on %s", verb, kindLabel(t.kind), t.vmid, t.node), Progress: 15})
+		task, err := runTask(ctx, client, t, action, cfg.TaskPollInterval, cfg.StopTimeout)
+		if task != nil {
+			g.logger.Info(action+" task", zap.String("upid", string(task.UPID)), zap.NamedError("task_error", err),
+				zap.String("node", t.node), zap.Int("vmid", t.vmid), zap.Bool("ha", bool(st.HA.Managed)))
+		}
+		switch {
+		case err == nil:
+		case isPermission(err):
+			return g.permissionFailure(err)
+		case lockOf(err) != "", isAlreadyRunning(err), isGone(err):
+			// The guest changed between the status and the task: a lock
+			// came, someone started it, or it moved. The next round sees.
+			continue
+		case action == "resume":
+			return fail("The guest could not be resumed.", err)
+		default:
+			return fail("The guest could not be started.", err)
+		}
+		requested = true
+		switch {
+		case bool(st.HA.Managed) && action == "start":
+			g.emit(Event{Phase: "task_ok", Message: "Start requested; waiting for high availability to start it", Progress: 30})
+		case action == "resume":
+			g.emit(Event{Phase: "task_ok", Message: "Resumed", Progress: 50})
+		default:
+			g.emit(Event{Phase: "task_ok", Message: "Start task finished: OK", Progress: 45})
+		}
+	}
+}
+
+// liveTarget is where the guest is now, as far as the last poll (or a
+// status read that followed a migration) knows.
+func (g *Guest) liveTarget() target {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.target
+}
+
+// statusFollowing reads status/current where the guest is. When its config
+// is no longer there (migrated, or started elsewhere by HA, since the
+// last poll) it polls the cluster again and, if the guest moved, retries
+// once on its new node.
+func (g *Guest) statusFollowing(ctx context.Context, c *Cluster) (guestStatus, target, error) {
+	t := g.liveTarget()
+	st, err := status(ctx, c.Client(), t)
+	if !isGone(err) {
+		return st, t, err
+	}
+	res, lerr := c.Refresh(ctx, g.ref)
+	if lerr != nil {
+		return st, t, err
+	}
+	nt := target{node: res.Node, kind: res.Kind, vmid: res.VMID}
+	if nt == t {
+		return st, t, err
+	}
+	g.logger.Info("guest moved", zap.String("from_node", t.node), zap.String("node", nt.node), zap.Int("vmid", nt.vmid))
+	g.mu.Lock()
+	g.target = nt
+	g.mu.Unlock()
+	st, err = status(ctx, c.Client(), nt)
+	return st, nt, err
+}
+
+// msgPermission is what visitors read when PVE refused a call for lack
+// of a privilege: a configuration error of the token.
+const msgPermission = "The service cannot be started: the Proxmox VE token lacks a permission."
+
+// permissionFailure logs the privilege PVE found missing and ends the
+// wake: retrying cannot help until the token is granted it.
+func (g *Guest) permissionFailure(err error) error {
+	g.logPermission(err)
+	return fail(msgPermission, err)
+}
+
+func (g *Guest) logPermission(err error) {
+	path, priv := missingPrivilege(err)
+	if priv == "" {
+		g.logger.Error("Proxmox VE refused the API token (401/403): check token_id and token_secret", zap.Error(err))
+		return
+	}
+	g.logger.Error("the API token lacks a privilege: grant it (see the README's Permissions for wake on request)",
+		zap.String("privilege", priv), zap.String("path", path), zap.Error(err))
+}
+
+// lookupFailure is a wake's answer to a ref the poll cannot resolve.
+func lookupFailure(err error) error {
+	var te *templateError
+	if errors.As(err, &te) {
+		return fail("The guest is a template and cannot be started.", err)
+	}
+	return fail("The guest was not found in the Proxmox cluster.", err)
 }
 
 // wakeDeps wakes the dependencies in parallel and holds them awake.

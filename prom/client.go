@@ -1,14 +1,13 @@
 // Package prom reads usage from a Prometheus-compatible HTTP API
-// (/api/v1/query, /api/v1/query_range): KubeVirt's virt-handler metrics
-// and node_exporter's, for the current values of VM and node rows and for
-// rrddata history. It uses net/http and encoding/json only. Nothing here
-// runs on a request path: the poller (Source) and the history cache
-// (History) fetch in the background.
+// (/api/v1/query, /api/v1/query_range) through client_golang's API client:
+// KubeVirt's virt-handler metrics and node_exporter's, for the current
+// values of VM and node rows and for rrddata history. Nothing here runs on
+// a request path: the poller (Source) and the history cache (History)
+// fetch in the background.
 package prom
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,9 +15,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/api"
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 )
 
 // Client queries one Prometheus-compatible endpoint.
@@ -31,8 +34,13 @@ type Client struct {
 	BearerTokenFile string
 	// Header is added to every query (tenant ids, basic auth, ...).
 	Header http.Header
-	// HTTP defaults to a client with a 10 s timeout.
+	// HTTP defaults to a client with a 10 s timeout; its transport carries
+	// the queries.
 	HTTP *http.Client
+
+	once sync.Once
+	api  v1.API
+	err  error
 }
 
 // Labels of one series.
@@ -58,181 +66,75 @@ type Series struct {
 
 var defaultHTTP = &http.Client{Timeout: 10 * time.Second}
 
+// maxAnswer bounds the size of one answer.
+const maxAnswer = 64 << 20
+
+// v1API builds the API client once.
+func (c *Client) v1API() (v1.API, error) {
+	c.once.Do(func() {
+		hc := c.HTTP
+		if hc == nil {
+			hc = defaultHTTP
+		}
+		base := hc.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		withAuth := *hc
+		withAuth.Transport = &transport{base: base, c: c}
+		var cl api.Client
+		cl, c.err = api.NewClient(api.Config{Address: c.URL, Client: &withAuth})
+		if c.err == nil {
+			c.api = v1.NewAPI(cl)
+		}
+	})
+	return c.api, c.err
+}
+
 // Query evaluates expr at t (now when zero) and returns its instant vector.
 func (c *Client) Query(ctx context.Context, expr string, t time.Time) ([]Sample, error) {
-	v := url.Values{"query": {expr}}
-	if !t.IsZero() {
-		v.Set("time", formatTime(t))
-	}
-	data, err := c.do(ctx, "/api/v1/query", v)
+	a, err := c.v1API()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("prometheus query: %w", err)
 	}
-	return decodeVector(data)
+	v, _, err := a.Query(ctx, expr, t)
+	if err != nil {
+		return nil, queryError("query", err)
+	}
+	vec, ok := v.(model.Vector)
+	if !ok {
+		return nil, fmt.Errorf("prometheus query: %w %q (want vector)", errResultType, v.Type())
+	}
+	out := make([]Sample, 0, len(vec))
+	for _, s := range vec {
+		if f := float64(s.Value); finite(f) {
+			out = append(out, Sample{Labels: labels(s.Metric), Value: f})
+		}
+	}
+	return out, nil
 }
 
 // QueryRange evaluates expr from start to end every step and returns the
 // matrix.
 func (c *Client) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) ([]Series, error) {
-	v := url.Values{
-		"query": {expr},
-		"start": {formatTime(start)},
-		"end":   {formatTime(end)},
-		"step":  {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)},
-	}
-	data, err := c.do(ctx, "/api/v1/query_range", v)
+	a, err := c.v1API()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("prometheus query_range: %w", err)
 	}
-	return decodeMatrix(data)
-}
-
-func formatTime(t time.Time) string {
-	return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', -1, 64)
-}
-
-// envelope is the API's answer around data.
-type envelope struct {
-	Status    string          `json:"status"`
-	Data      json.RawMessage `json:"data"`
-	ErrorType string          `json:"errorType"`
-	Error     string          `json:"error"`
-}
-
-type resultData struct {
-	ResultType string          `json:"resultType"`
-	Result     json.RawMessage `json:"result"`
-}
-
-// do POSTs the form (queries can be long; every Prometheus-compatible
-// server accepts form-encoded POST) and returns the "data" member.
-func (c *Client) do(ctx context.Context, path string, form url.Values) (*resultData, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.URL, "/")+path, strings.NewReader(form.Encode()))
+	v, _, err := a.QueryRange(ctx, expr, v1.Range{Start: start, End: end, Step: step})
 	if err != nil {
-		return nil, fmt.Errorf("prometheus %s: %w", path, err)
+		return nil, queryError("query_range", err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	for k, vs := range c.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
+	mat, ok := v.(model.Matrix)
+	if !ok {
+		return nil, fmt.Errorf("prometheus query_range: %w %q (want matrix)", errResultType, v.Type())
 	}
-	if c.BearerTokenFile != "" {
-		tok, err := os.ReadFile(c.BearerTokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("prometheus bearer token: %w", err)
-		}
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = defaultHTTP
-	}
-	res, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("prometheus %s: %w", path, err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("prometheus %s: reading the answer: %w", path, err)
-	}
-	return decodeEnvelope(path, res.StatusCode, body)
-}
-
-// decodeEnvelope checks the status and returns the data. Prometheus
-// answers errors with 400/422/503 and a JSON envelope; proxies in front
-// answer with anything.
-func decodeEnvelope(path string, status int, body []byte) (*resultData, error) {
-	var env envelope
-	if err := json.Unmarshal(body, &env); err != nil {
-		if status/100 != 2 {
-			return nil, fmt.Errorf("prometheus %s: HTTP %d", path, status)
-		}
-		return nil, fmt.Errorf("prometheus %s: decoding the answer: %w", path, err)
-	}
-	if env.Status != "success" {
-		msg := env.Error
-		if msg == "" {
-			msg = fmt.Sprintf("status %q", env.Status)
-		}
-		return nil, fmt.Errorf("prometheus %s: HTTP %d: %s: %s", path, status, env.ErrorType, msg)
-	}
-	var d resultData
-	if err := json.Unmarshal(env.Data, &d); err != nil {
-		return nil, fmt.Errorf("prometheus %s: decoding data: %w", path, err)
-	}
-	return &d, nil
-}
-
-// sampleValue is [<unix time>, "<value>"].
-type sampleValue [2]json.RawMessage
-
-func (s sampleValue) decode() (Point, error) {
-	var t float64
-	if err := json.Unmarshal(s[0], &t); err != nil {
-		return Point{}, fmt.Errorf("sample time: %w", err)
-	}
-	var str string
-	if err := json.Unmarshal(s[1], &str); err != nil {
-		return Point{}, fmt.Errorf("sample value: %w", err)
-	}
-	v, err := strconv.ParseFloat(str, 64)
-	if err != nil {
-		return Point{}, fmt.Errorf("sample value: %w", err)
-	}
-	return Point{T: int64(math.Round(t)), V: v}, nil
-}
-
-var errResultType = errors.New("unexpected result type")
-
-func decodeVector(d *resultData) ([]Sample, error) {
-	if d.ResultType != "vector" {
-		return nil, fmt.Errorf("%w %q (want vector)", errResultType, d.ResultType)
-	}
-	var raw []struct {
-		Metric Labels      `json:"metric"`
-		Value  sampleValue `json:"value"`
-	}
-	if err := json.Unmarshal(d.Result, &raw); err != nil {
-		return nil, fmt.Errorf("decoding vector: %w", err)
-	}
-	out := make([]Sample, 0, len(raw))
-	for _, r := range raw {
-		p, err := r.Value.decode()
-		if err != nil {
-			return nil, err
-		}
-		if !finite(p.V) {
-			continue
-		}
-		out = append(out, Sample{Labels: r.Metric, Value: p.V})
-	}
-	return out, nil
-}
-
-func decodeMatrix(d *resultData) ([]Series, error) {
-	if d.ResultType != "matrix" {
-		return nil, fmt.Errorf("%w %q (want matrix)", errResultType, d.ResultType)
-	}
-	var raw []struct {
-		Metric Labels        `json:"metric"`
-		Values []sampleValue `json:"values"`
-	}
-	if err := json.Unmarshal(d.Result, &raw); err != nil {
-		return nil, fmt.Errorf("decoding matrix: %w", err)
-	}
-	out := make([]Series, 0, len(raw))
-	for _, r := range raw {
-		s := Series{Labels: r.Metric, Points: make([]Point, 0, len(r.Values))}
-		for _, v := range r.Values {
-			p, err := v.decode()
-			if err != nil {
-				return nil, err
-			}
-			if finite(p.V) {
-				s.Points = append(s.Points, p)
+	out := make([]Series, 0, len(mat))
+	for _, ss := range mat {
+		s := Series{Labels: labels(ss.Metric), Points: make([]Point, 0, len(ss.Values))}
+		for _, p := range ss.Values {
+			if f := float64(p.Value); finite(f) {
+				s.Points = append(s.Points, Point{T: int64(math.Round(float64(p.Timestamp) / 1000)), V: f})
 			}
 		}
 		out = append(out, s)
@@ -240,6 +142,88 @@ func decodeMatrix(d *resultData) ([]Series, error) {
 	return out, nil
 }
 
+var errResultType = errors.New("unexpected result type")
+
+// queryError says which query failed. The API client answers Prometheus'
+// own errors (bad_data, server_error: 502, ...) as *v1.Error and
+// transport failures as *url.Error; anything else is an answer it could
+// not decode.
+func queryError(what string, err error) error {
+	var ae *v1.Error
+	var ue *url.Error
+	if errors.As(err, &ae) || errors.As(err, &ue) || errors.Is(err, errTooLarge) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("prometheus %s: %w", what, err)
+	}
+	return fmt.Errorf("prometheus %s: decoding the answer: %w", what, err)
+}
+
+func labels(m model.Metric) Labels {
+	out := make(Labels, len(m))
+	for k, v := range m {
+		out[string(k)] = string(v)
+	}
+	return out
+}
+
 // finite drops NaN and ±Inf ("NaN", "+Inf" on the wire): a division by
 // zero in a query is "no value", not a number for a dashboard.
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// transport adds what every query carries: the bearer token, read from
+// its file each time (tokens rotate), and the configured headers. It
+// bounds the size of the answers too, which the API client reads whole.
+type transport struct {
+	base http.RoundTripper
+	c    *Client // its BearerTokenFile and Header, as they are at each query
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Header.Set("Accept", "application/json")
+	for k, vs := range t.c.Header {
+		for _, v := range vs {
+			r.Header.Add(k, v)
+		}
+	}
+	if f := t.c.BearerTokenFile; f != "" {
+		tok, err := os.ReadFile(f)
+		if err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
+			return nil, fmt.Errorf("prometheus bearer token: %w", err)
+		}
+		r.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	}
+	res, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	res.Body = &limitedBody{ReadCloser: res.Body, left: maxAnswer}
+	return res, nil
+}
+
+var errTooLarge = fmt.Errorf("answer larger than %d MiB", maxAnswer>>20)
+
+// limitedBody fails a read past its limit instead of buffering it.
+type limitedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// At the limit: fine if the answer ends here.
+		var one [1]byte
+		if n, err := b.ReadCloser.Read(one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}

@@ -1,7 +1,10 @@
 package prom
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +15,9 @@ import (
 	"time"
 )
 
+// TestDecode runs answers through the client: values, NaN and infinities
+// dropped, timestamps in seconds, and Prometheus' errors, a proxy's error
+// page, garbage and wrong result types as errors that say so.
 func TestDecode(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -26,32 +32,33 @@ func TestDecode(t *testing.T) {
 			vector: []Sample{{Labels: Labels{"namespace": "a", "name": "vm"}, Value: 42.5}}},
 		{name: "empty vector", status: 200, body: `{"status":"success","data":{"resultType":"vector","result":[]}}`, vector: []Sample{}},
 		{name: "matrix", status: 200,
-			body:   `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"nodename":"n1"},"values":[[1700000040,"1"],[1700000100,"+Inf"],[1700000160,"2e3"]]}]}}`,
+			body:   `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"nodename":"n1"},"values":[[1700000040,"1"],[1700000100,"+Inf"],[1700000160.4,"2e3"]]}]}}`,
 			matrix: []Series{{Labels: Labels{"nodename": "n1"}, Points: []Point{{1700000040, 1}, {1700000160, 2000}}}}},
-		{name: "prometheus error", status: 400, body: `{"status":"error","errorType":"bad_data","error":"parse error at char 3"}`, errLike: "HTTP 400: bad_data: parse error at char 3"},
-		{name: "proxy error page", status: 502, body: `<html>Bad Gateway</html>`, errLike: "HTTP 502"},
-		{name: "garbage with 200", status: 200, body: `not json`, errLike: "decoding the answer"},
+		{name: "prometheus error", status: 400, body: `{"status":"error","errorType":"bad_data","error":"parse error at char 3"}`, errLike: "prometheus query: bad_data: parse error at char 3"},
+		{name: "proxy error page", status: 502, body: `<html>Bad Gateway</html>`, errLike: "server error: 502"},
+		{name: "garbage with 200", status: 200, body: `not json`, errLike: "bad_response"},
 		{name: "wrong type", status: 200, body: `{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}`, errLike: "unexpected result type"},
-		{name: "bad value", status: 200, body: `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}`, errLike: "sample value"},
+		{name: "bad value", status: 200, body: `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}`, errLike: "decoding the answer"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d, err := decodeEnvelope("/api/v1/query", c.status, []byte(c.body))
-			if err == nil {
-				switch {
-				case c.vector != nil:
-					var v []Sample
-					v, err = decodeVector(d)
-					if err == nil && !reflect.DeepEqual(v, c.vector) {
-						t.Fatalf("vector %+v, want %+v", v, c.vector)
-					}
-				case c.matrix != nil:
-					var m []Series
-					m, err = decodeMatrix(d)
-					if err == nil && !reflect.DeepEqual(m, c.matrix) {
-						t.Fatalf("matrix %+v, want %+v", m, c.matrix)
-					}
-				default:
-					_, err = decodeVector(d)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(c.status)
+				_, _ = w.Write([]byte(c.body))
+			}))
+			defer srv.Close()
+			cl := &Client{URL: srv.URL}
+			var err error
+			if c.matrix != nil {
+				var m []Series
+				m, err = cl.QueryRange(context.Background(), "up", time.Unix(1700000000, 0), time.Unix(1700000200, 0), time.Minute)
+				if err == nil && !reflect.DeepEqual(m, c.matrix) {
+					t.Fatalf("matrix %+v, want %+v", m, c.matrix)
+				}
+			} else {
+				var v []Sample
+				v, err = cl.Query(context.Background(), "up", time.Time{})
+				if err == nil && !reflect.DeepEqual(v, c.vector) {
+					t.Fatalf("vector %+v, want %+v", v, c.vector)
 				}
 			}
 			if c.errLike == "" && err != nil {
@@ -61,6 +68,20 @@ func TestDecode(t *testing.T) {
 				t.Fatalf("error %v, want one saying %q", err, c.errLike)
 			}
 		})
+	}
+}
+
+// An answer may be as large as the limit, not larger.
+func TestAnswerLimit(t *testing.T) {
+	read := func(size, limit int) error {
+		_, err := io.ReadAll(&limitedBody{ReadCloser: io.NopCloser(bytes.NewReader(make([]byte, size))), left: int64(limit)})
+		return err
+	}
+	if err := read(100, 100); err != nil {
+		t.Fatalf("at the limit: %v", err)
+	}
+	if err := read(101, 100); !errors.Is(err, errTooLarge) {
+		t.Fatalf("past the limit: %v", err)
 	}
 }
 

@@ -141,8 +141,12 @@ func (s *Sim) route(method string, seg []string, params map[string]string) (any,
 	get := method == http.MethodGet
 	switch {
 	case get && len(seg) == 1 && seg[0] == "version":
-		return map[string]any{"version": "8.4.1", "release": "8.4", "repoid": "2a5fa54a8503f96d"}, nil, nil
+		v, r := s.versionLocked()
+		return map[string]any{"version": v, "release": r, "repoid": "2a5fa54a8503f96d"}, nil, nil
 	case get && len(seg) == 2 && seg[0] == "cluster" && seg[1] == "status":
+		if err := s.checkLocked("/", "Sys.Audit"); err != nil {
+			return nil, nil, err
+		}
 		return s.clusterStatusLocked(), nil, nil
 	case get && len(seg) == 2 && seg[0] == "cluster" && seg[1] == "resources":
 		return s.resourcesLocked(params["type"]), nil, nil
@@ -167,12 +171,15 @@ func (s *Sim) nodeRouteLocked(method, node string, seg []string, params map[stri
 	notImpl := newErr(501, "Method '%s /nodes/%s/%s' not implemented", method, node, strings.Join(seg, "/"))
 	switch {
 	case get && len(seg) == 1 && seg[0] == "status":
+		if err := s.checkLocked("/nodes/"+node, "Sys.Audit"); err != nil {
+			return nil, nil, err
+		}
 		return s.nodeStatusLocked(), nil, nil
 	case get && len(seg) == 1 && (seg[0] == "lxc" || seg[0] == "qemu"):
 		rows := []map[string]any{}
 		for _, id := range s.sortedIDsLocked() {
 			g := s.guests[id]
-			if g.spec.Kind == seg[0] && g.spec.Node == node {
+			if g.spec.Kind == seg[0] && g.spec.Node == node && s.allowedLocked(fmt.Sprintf("/vms/%d", id), "VM.Audit") {
 				rows = append(rows, g.statusRowLocked(false))
 			}
 		}
@@ -196,6 +203,9 @@ func (s *Sim) nodeRouteLocked(method, node string, seg []string, params map[stri
 		vmid, err := strconv.Atoi(seg[1])
 		if err != nil {
 			return nil, nil, &apiError{code: 400, msg: "Parameter verification failed.", errors: map[string]string{"vmid": "type check ('integer') failed - got '" + seg[1] + "'"}}
+		}
+		if err := s.guestPermLocked(method, vmid, seg[2:]); err != nil {
+			return nil, nil, err
 		}
 		g := s.guests[vmid]
 		if g == nil || g.spec.Kind != seg[0] || g.spec.Node != node {
@@ -226,31 +236,44 @@ func (s *Sim) guestRouteLocked(method string, g *guest, seg []string, params map
 		return upid, nil, nil
 	case get && path == "interfaces" && g.spec.Kind == "lxc":
 		if g.status != "running" {
-			return nil, nil, newErr(500, "CT %d not running", g.spec.VMID)
+			return nil, nil, nil // get_interfaces finds no pid
 		}
-		return []map[string]any{
-			{"name": "lo", "hwaddr": "00:00:00:00:00:00", "inet": "127.0.0.1/8", "inet6": "::1/128"},
-			{"name": "eth0", "hwaddr": strings.ToLower(g.mac), "inet": g.spec.IP + "/8"},
-		}, nil, nil
+		return g.lxcInterfacesLocked(), nil, nil
 	case get && path == "agent/network-get-interfaces" && g.spec.Kind == "qemu":
 		if g.spec.NoAgent {
 			return nil, nil, newErr(500, "No QEMU guest agent configured")
 		}
 		if g.status != "running" {
-			return nil, nil, newErr(500, "VM %d not running", g.spec.VMID)
+			return nil, nil, newErr(500, "VM %d is not running", g.spec.VMID)
 		}
-		if g.paused {
+		if g.paused() || time.Since(g.since) < g.spec.BootDelay {
 			return nil, nil, newErr(500, "QEMU guest agent is not running")
 		}
-		return map[string]any{"result": []map[string]any{
-			{"name": "lo", "hardware-address": "00:00:00:00:00:00", "ip-addresses": []map[string]any{{"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8}}},
-			{"name": "eth0", "hardware-address": strings.ToLower(g.mac), "ip-addresses": []map[string]any{
-				{"ip-address": g.spec.IP, "ip-address-type": "ipv4", "prefix": 8},
-				{"ip-address": "fe80::be24:11ff:fe00:1", "ip-address-type": "ipv6", "prefix": 64},
-			}},
-		}}, nil, nil
+		return g.agentInterfacesLocked(), nil, nil
 	}
 	return nil, nil, notImpl
+}
+
+// guestPermLocked is the permission check PVE makes before a guest's
+// API method runs (its "permissions" in qemu-server and pve-container).
+func (s *Sim) guestPermLocked(method string, vmid int, seg []string) *apiError {
+	path := fmt.Sprintf("/vms/%d", vmid)
+	sub := strings.Join(seg, "/")
+	switch {
+	case method == http.MethodPost && len(seg) == 2 && seg[0] == "status":
+		return s.checkLocked(path, "VM.PowerMgmt")
+	case sub == "agent/network-get-interfaces":
+		return s.checkLocked(path, s.agentPrivs()...)
+	}
+	return s.checkLocked(path, "VM.Audit")
+}
+
+// versionLocked is the PVE version the simulator plays.
+func (s *Sim) versionLocked() (version, release string) {
+	if s.opts.Version >= 9 {
+		return "9.1.1", "9.1"
+	}
+	return "8.4.1", "8.4"
 }
 
 func (s *Sim) sortedIDsLocked() []int {

@@ -13,4 +13,14 @@
 // (slow starts, failed tasks, API errors and timeouts, guests that never
 // become ready) are switched on through methods of Sim, and every API call
 // is counted per method and path.
+//
+// It also does what real clusters do to a client, each behaviour checked
+// against the Proxmox sources named in its comments: HA-managed guests
+// whose start and stop tasks only ask pve-ha-manager (which may start a
+// guest on another node, and leaves a container that outlives a graceful
+// stop in its error state); config locks that fail power tasks the way
+// check_lock does; a backup of a stopped VM running it in prelaunch;
+// migrations; /cluster/resources rows of a stalled node ("unknown", no
+// name); templates; LXC suspend as lxc-checkpoint; and per-token ACLs
+// with the 403s of PVE 8 and 9.
 package pvesim

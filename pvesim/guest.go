@@ -13,11 +13,17 @@ import (
 
 // guest is one simulated container or VM. Fields are guarded by sim.mu.
 type guest struct {
-	sim        *Sim
-	spec       GuestSpec
-	mac        string
-	status     string // running | stopped
-	paused     bool
+	sim    *Sim
+	spec   GuestSpec
+	mac    string
+	status string // running | stopped
+	// qmp is QEMU's run state while the process runs, when it is not
+	// "running": "paused" (suspended to RAM) or "prelaunch" (started
+	// paused by a backup of a stopped VM).
+	qmp        string
+	lock       string
+	checkpoint bool // LXC: a CRIU checkpoint waits in the dump directory
+	ha         *haResource
 	since      time.Time
 	failStart  string
 	neverReady bool
@@ -59,6 +65,12 @@ func (c *connSet) closeAll() {
 	c.m = map[net.Conn]struct{}{}
 }
 
+// paused reports whether QEMU runs without executing the guest.
+func (g *guest) paused() bool { return g.qmp != "" }
+
+// guestType is PVE's guest_type(), the subject of "... is locked".
+func (g *guest) guestType() string { return g.kindLabel() }
+
 func (g *guest) kindLabel() string {
 	if g.spec.Kind == "qemu" {
 		return "VM"
@@ -76,7 +88,7 @@ func (g *guest) bootLocked() {
 	serve := func() {
 		g.sim.mu.Lock()
 		defer g.sim.mu.Unlock()
-		if g.gen != gen || g.status != "running" || g.paused || g.sim.closed {
+		if g.gen != gen || g.status != "running" || g.paused() || g.sim.closed {
 			return
 		}
 		g.serveLocked()

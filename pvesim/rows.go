@@ -2,6 +2,7 @@ package pvesim
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -37,16 +38,46 @@ func (s *Sim) resourcesLocked(typ string) []map[string]any {
 	if typ == "" || typ == "vm" {
 		for _, id := range s.sortedIDsLocked() {
 			g := s.guests[id]
-			rows = append(rows, map[string]any{
-				"id": fmt.Sprintf("%s/%d", g.spec.Kind, id), "type": g.spec.Kind, "vmid": id,
-				"node": g.spec.Node, "name": g.spec.Name, "status": g.status,
-				"uptime": g.uptime(), "template": 0, "maxcpu": 1, "cpu": 0.0,
-				"maxmem": 536870912, "mem": 0, "maxdisk": 8589934592, "disk": 0,
-				"netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
-			})
+			if !s.allowedLocked(fmt.Sprintf("/vms/%d", id), "VM.Audit") {
+				continue
+			}
+			rows = append(rows, s.resourceRowLocked(g))
 		}
 	}
 	return rows
+}
+
+// resourceRowLocked is a guest's /cluster/resources row. Name, status,
+// template and usage come from the node's RRD data, so a node whose
+// pvestatd stalled gives status "unknown" without them; lock and hastate
+// come from the config and HA's status and are always there.
+func (s *Sim) resourceRowLocked(g *guest) map[string]any {
+	id := g.spec.VMID
+	row := map[string]any{
+		"id": fmt.Sprintf("%s/%d", g.spec.Kind, id), "type": g.spec.Kind, "vmid": id,
+		"node": g.spec.Node, "status": "unknown",
+	}
+	if !s.stale[g.spec.Node] {
+		template := 0
+		if g.spec.Template {
+			template = 1
+		}
+		for k, v := range map[string]any{
+			"name": g.spec.Name, "status": g.status,
+			"uptime": g.uptime(), "template": template, "maxcpu": 1, "cpu": 0.0,
+			"maxmem": 536870912, "mem": 0, "maxdisk": 8589934592, "disk": 0,
+			"netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
+		} {
+			row[k] = v
+		}
+	}
+	if g.lock != "" {
+		row["lock"] = g.lock
+	}
+	if h := g.ha.hastate(); h != "" {
+		row["hastate"] = h
+	}
+	return row
 }
 
 func (s *Sim) nodeRowLocked(n string) map[string]any {
@@ -69,8 +100,13 @@ func (s *Sim) nodeStatusLocked() map[string]any {
 		"rootfs":     map[string]any{"total": 32 << 30, "used": 2 << 30, "free": 30 << 30, "avail": 30 << 30},
 		"cpuinfo":    map[string]any{"cpus": 4, "cores": 4, "sockets": 1, "model": "pvesim", "mhz": "2400.000", "hvm": "1", "user_hz": 100},
 		"kversion":   "Linux 6.8.12-4-pve #1 SMP PREEMPT_DYNAMIC",
-		"pveversion": "pve-manager/8.4.1/2a5fa54a8503f96d",
+		"pveversion": "pve-manager/" + s.pveVersionLocked() + "/2a5fa54a8503f96d",
 	}
+}
+
+func (s *Sim) pveVersionLocked() string {
+	v, _ := s.versionLocked()
+	return v
 }
 
 func (g *guest) uptime() int {
@@ -93,28 +129,37 @@ func (g *guest) statusRowLocked(current bool) map[string]any {
 	}
 	if g.spec.Kind == "qemu" {
 		qmp := g.status
-		if g.paused {
-			qmp = "paused"
+		if g.status == "running" && g.qmp != "" {
+			qmp = g.qmp
 		}
 		row["qmpstatus"] = qmp
 		if current && !g.spec.NoAgent {
 			row["agent"] = 1
 		}
 	}
-	if g.paused {
-		row["lock"] = "suspended"
+	if g.lock != "" {
+		row["lock"] = g.lock
+	}
+	if g.spec.Template {
+		row["template"] = 1
 	}
 	if current {
-		row["ha"] = map[string]any{"managed": 0}
+		ha := map[string]any{"managed": 0}
+		if g.ha.managed() {
+			ha = map[string]any{"managed": 1, "state": g.ha.state}
+		}
+		row["ha"] = ha
 	}
 	return row
 }
 
-// configLocked is GET .../config. The address is DHCP-assigned: the
-// config carries only the MAC, as on a real DHCP guest.
+// configLocked is GET .../config. The address is DHCP-assigned (the
+// config carries only the MAC, as on a real DHCP guest), unless a QEMU
+// guest has it from cloud-init (ipconfig0).
 func (g *guest) configLocked() map[string]any {
+	var cfg map[string]any
 	if g.spec.Kind == "qemu" {
-		cfg := map[string]any{
+		cfg = map[string]any{
 			"name": g.spec.Name, "memory": "512", "cores": 1, "sockets": 1,
 			"ostype": "l26", "scsihw": "virtio-scsi-single", "boot": "order=scsi0",
 			"scsi0":  fmt.Sprintf("local-lvm:vm-%d-disk-0,iothread=1,size=8G", g.spec.VMID),
@@ -124,13 +169,34 @@ func (g *guest) configLocked() map[string]any {
 		if !g.spec.NoAgent {
 			cfg["agent"] = "1"
 		}
-		return cfg
+		if g.spec.CloudInit {
+			cfg["ide2"] = fmt.Sprintf("local-lvm:vm-%d-cloudinit,media=cdrom", g.spec.VMID)
+			if g.ipv6() {
+				cfg["ipconfig0"] = fmt.Sprintf("ip6=%s/128,gw6=fe80::1", g.spec.IP)
+			} else {
+				cfg["ipconfig0"] = fmt.Sprintf("ip=%s/8,gw=127.0.0.1", g.spec.IP)
+			}
+		}
+	} else {
+		ip := "ip=dhcp"
+		if g.ipv6() {
+			ip = "ip6=auto"
+		}
+		cfg = map[string]any{
+			"hostname": g.spec.Name, "memory": 512, "swap": 512, "cores": 1,
+			"ostype": "debian", "arch": "amd64", "unprivileged": 1,
+			"rootfs": fmt.Sprintf("local-lvm:vm-%d-disk-0,size=8G", g.spec.VMID),
+			"net0":   fmt.Sprintf("name=eth0,bridge=vmbr0,hwaddr=%s,%s,type=veth", g.mac, ip),
+			"digest": fmt.Sprintf("%040x", g.spec.VMID),
+		}
 	}
-	return map[string]any{
-		"hostname": g.spec.Name, "memory": 512, "swap": 512, "cores": 1,
-		"ostype": "debian", "arch": "amd64", "unprivileged": 1,
-		"rootfs": fmt.Sprintf("local-lvm:vm-%d-disk-0,size=8G", g.spec.VMID),
-		"net0":   fmt.Sprintf("name=eth0,bridge=vmbr0,hwaddr=%s,ip=dhcp,type=veth", g.mac),
-		"digest": fmt.Sprintf("%040x", g.spec.VMID),
+	if g.lock != "" {
+		cfg["lock"] = g.lock
 	}
+	if g.spec.Template {
+		cfg["template"] = 1
+	}
+	return cfg
 }
+
+func (g *guest) ipv6() bool { return strings.Contains(g.spec.IP, ":") }

@@ -25,6 +25,16 @@ type Options struct {
 	TokenSecret string
 	// TaskDelay is how long a task runs before it finishes (200ms).
 	TaskDelay time.Duration
+	// HADelay is how long pve-ha-manager's CRM and LRM take to act on a
+	// request, each (3×TaskDelay). Real clusters take about 10s per round.
+	HADelay time.Duration
+	// Version is the PVE major version, 8 (default) or 9: it decides the
+	// privilege the guest agent's network-get-interfaces needs.
+	Version int
+	// CRIU makes LXC suspend work (criu installed on the nodes); PVE does
+	// not install it, so by default a container suspend task fails as
+	// lxc-checkpoint does.
+	CRIU bool
 	// Logf, if set, receives one line per notable simulator event.
 	Logf func(format string, args ...any)
 }
@@ -47,6 +57,21 @@ type GuestSpec struct {
 	Running bool
 	// NoAgent makes a QEMU guest answer "No QEMU guest agent configured".
 	NoAgent bool
+	// CloudInit gives a QEMU guest its address statically in ipconfig0
+	// (cloud-init) instead of DHCP.
+	CloudInit bool
+	// Template marks the guest a template: it is never started.
+	Template bool
+	// HA puts the guest under pve-ha-manager: start and stop requests
+	// only ask HA, which acts HADelay later.
+	HA bool
+	// LeaseDelay is how long after a start the guest's eth0 is without
+	// its address (a DHCP lease on its way); other interfaces have theirs
+	// at once.
+	LeaseDelay time.Duration
+	// ExtraIfaces are further interfaces inside the guest (a Docker
+	// bridge, a VPN), not in its PVE config.
+	ExtraIfaces []Iface
 	// StartDelay is how long the start task runs (Options.TaskDelay).
 	StartDelay time.Duration
 	// BootDelay is how long after the start task the guest's service
@@ -59,6 +84,11 @@ type GuestSpec struct {
 	Handler http.Handler
 }
 
+// Iface is an interface inside a guest that PVE's config does not list.
+type Iface struct {
+	Name, MAC, IP string
+}
+
 // Sim is a simulated Proxmox VE cluster. It is an http.Handler for the
 // API under /api2/json; Listen serves it on a loopback port.
 type Sim struct {
@@ -69,6 +99,8 @@ type Sim struct {
 	tasks    map[string]*task
 	calls    map[string]int
 	faults   []*fault
+	acl      map[string][]string // nil: the token may do anything
+	stale    map[string]bool     // nodes whose pvestatd stalled
 	nextIP   int
 	pid      int
 	started  time.Time
@@ -96,11 +128,18 @@ func New(opts Options) *Sim {
 	if opts.TaskDelay == 0 {
 		opts.TaskDelay = 200 * time.Millisecond
 	}
+	if opts.HADelay == 0 {
+		opts.HADelay = 3 * opts.TaskDelay
+	}
+	if opts.Version == 0 {
+		opts.Version = 8
+	}
 	return &Sim{
 		opts:    opts,
 		guests:  map[int]*guest{},
 		tasks:   map[string]*task{},
 		calls:   map[string]int{},
+		stale:   map[string]bool{},
 		nextIP:  2,
 		pid:     4000,
 		started: time.Now(),
@@ -155,7 +194,16 @@ func (s *Sim) AddGuest(spec GuestSpec) error {
 	if ip := net.ParseIP(spec.IP); ip == nil || !ip.IsLoopback() {
 		return fmt.Errorf("pvesim: guest address %q is not a loopback address", spec.IP)
 	}
+	if spec.Template && spec.Running {
+		return fmt.Errorf("pvesim: template %d cannot run", spec.VMID)
+	}
 	g := &guest{sim: s, spec: spec, status: "stopped", mac: macFor(spec.VMID)}
+	if spec.HA {
+		g.ha = &haResource{state: "stopped"}
+		if spec.Running {
+			g.ha.state = "started"
+		}
+	}
 	s.guests[spec.VMID] = g
 	if spec.Running {
 		g.status = "running"
@@ -222,7 +270,7 @@ func (s *Sim) logf(format string, args ...any) {
 }
 
 // Status is a guest's PVE status: "running" or "stopped" (a suspended
-// guest is "running", as in PVE). Unknown vmids give "".
+// VM is "running", as in PVE). Unknown vmids give "".
 func (s *Sim) Status(vmid int) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -232,12 +280,13 @@ func (s *Sim) Status(vmid int) string {
 	return ""
 }
 
-// Paused reports whether a guest is suspended.
+// Paused reports whether a VM's QEMU runs without running the guest
+// (suspended to RAM, or prelaunch for a backup).
 func (s *Sim) Paused(vmid int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.guests[vmid]
-	return g != nil && g.paused
+	return g != nil && g.paused()
 }
 
 // Serving reports whether a guest's service is listening.
@@ -290,12 +339,10 @@ func (s *Sim) StartGuest(vmid int) error {
 	if g == nil {
 		return fmt.Errorf("pvesim: no guest %d", vmid)
 	}
-	if g.status == "running" && !g.paused {
+	if g.status == "running" && !g.paused() {
 		return nil
 	}
-	g.status, g.paused, g.since = "running", false, time.Now()
-	g.gen++
-	g.bootLocked()
+	g.startedLocked()
 	return nil
 }
 
@@ -307,9 +354,7 @@ func (s *Sim) StopGuest(vmid int) error {
 	if g == nil {
 		return fmt.Errorf("pvesim: no guest %d", vmid)
 	}
-	g.status, g.paused = "stopped", false
-	g.gen++
-	g.unserveLocked()
+	g.stopLocked()
 	return nil
 }
 

@@ -45,14 +45,7 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 		return nil, errs
 	}
 	cfg := StoredConfig(src)
-	name := req.Name
-	if name == "" {
-		n := cfg["name"]
-		if n == "" {
-			n = src.Name
-		}
-		name = "Copy-of-VM-" + n
-	}
+	name := cloneName(src, cfg, req.Name)
 	if !dnsNameRE.MatchString(name) || len(name) > 253 {
 		errs["name"] = "invalid format - value does not look like a valid DNS name"
 	}
@@ -62,17 +55,67 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	kname := KubeName(name, req.NewID)
-	if req.NameTaken != nil && req.NameTaken(kname) {
-		kname = KubeName(kname+"-"+strconv.Itoa(req.NewID), req.NewID)
-		if req.NameTaken(kname) {
-			kname = "pve-" + strconv.Itoa(req.NewID)
-		}
-	}
 	spec := src.Spec.Template.Spec.DeepCopy()
-	// Like PVE's clone_vm: always a new smbios1 uuid (the other smbios1
-	// fields kept), a new vmgenid when the source has one. The firmware
-	// UUID is the SMBIOS UUID KubeVirt gives the guest, so it is the same.
+	cloneIdentity(spec, cfg, req, name)
+	cloneMACs(spec, cfg, req)
+	dvs, renamed, err := cloneVolumes(src, spec, req)
+	if err != nil {
+		errs["newid"] = err.Error()
+		return nil, errs
+	}
+	cloneDiskKeys(cfg, renamed, req)
+	delete(cfg, "template")
+	cfg["name"] = name
+	if req.Description != "" {
+		cfg["description"] = req.Description
+	}
+	rs := kubevirtv1.RunStrategyManual
+	id := strconv.Itoa(req.NewID)
+	annotations := map[string]string{
+		AnnotationNode: req.Node, AnnotationName: name, AnnotationConfig: EncodeConfig(cfg), AnnotationLock: LockClone,
+	}
+	// The clone keeps the disks' keys: the same disks, the same names.
+	if pins := src.Annotations[AnnotationDiskKeys]; pins != "" {
+		annotations[AnnotationDiskKeys] = pins
+	}
+	vm := &kubevirtv1.VirtualMachine{
+		TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: freeKubeName(name, req.NewID, req.NameTaken), Namespace: req.Namespace,
+			Labels:      map[string]string{LabelVMID: id},
+			Annotations: annotations,
+		},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy:         &rs,
+			DataVolumeTemplates: dvs,
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelVMID: id}},
+				Spec:       *spec,
+			},
+		},
+	}
+	return vm, nil
+}
+
+// cloneName is the clone's PVE name: the one asked for, else PVE's
+// default "Copy-of-VM-<source name>".
+func cloneName(src *kubevirtv1.VirtualMachine, cfg map[string]string, asked string) string {
+	if asked != "" {
+		return asked
+	}
+	n := cfg["name"]
+	if n == "" {
+		n = src.Name
+	}
+	return "Copy-of-VM-" + n
+}
+
+// cloneIdentity gives the clone its own identity, like PVE's clone_vm:
+// always a new smbios1 uuid (the other smbios1 fields kept), a new
+// vmgenid when the source has one. The firmware UUID is the SMBIOS UUID
+// KubeVirt gives the guest, so it is the same; the firmware serial, the
+// source's, goes. A hostname the source had follows the new name.
+func cloneIdentity(spec *kubevirtv1.VirtualMachineInstanceSpec, cfg map[string]string, req CloneRequest, name string) {
 	newUUID := req.NewUUID
 	if newUUID == nil {
 		newUUID = uuid.NewString
@@ -90,7 +133,11 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 	if spec.Hostname != "" {
 		spec.Hostname = KubeName(strings.SplitN(name, ".", 2)[0], req.NewID)
 	}
-	// New MACs for every NIC, written back into the netN strings.
+}
+
+// cloneMACs gives every NIC the MAC derived from the clone's namespace,
+// vmid and key (as a new VM's), written back into the netN strings.
+func cloneMACs(spec *kubevirtv1.VirtualMachineInstanceSpec, cfg map[string]string, req CloneRequest) {
 	for i := range spec.Domain.Devices.Interfaces {
 		iface := &spec.Domain.Devices.Interfaces[i]
 		mac := GenerateMAC([]byte(fmt.Sprintf("%s/%d/%s", req.Namespace, req.NewID, iface.Name)))
@@ -102,9 +149,16 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 			}
 		}
 	}
-	// Every disk becomes a DataVolume cloned from the source's claim.
-	renamed := map[string]string{} // old volume (DV or PVC) name -> new DV name
-	var dvs []kubevirtv1.DataVolumeTemplateSpec
+}
+
+// cloneVolumes makes every disk of spec that keeps data on a claim of src
+// (a DataVolume, a writable PVC) a DataVolume cloned from it, named
+// vm-<newid>-disk-<n>, with the source template's StorageClass and size
+// unless req.Storage overrides the class. Cloud-init volumes read the
+// clone's Secret; read-only ISOs and other sources are shared, not
+// copied. renamed maps each source claim to its copy.
+func cloneVolumes(src *kubevirtv1.VirtualMachine, spec *kubevirtv1.VirtualMachineInstanceSpec, req CloneRequest) (dvs []kubevirtv1.DataVolumeTemplateSpec, renamed map[string]string, err error) {
+	renamed = map[string]string{} // old volume (DV or PVC) name -> new DV name
 	oldDV := map[string]kubevirtv1.DataVolumeTemplateSpec{}
 	for _, dv := range src.Spec.DataVolumeTemplates {
 		oldDV[dv.Name] = dv
@@ -112,33 +166,16 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 	n := 0
 	for i := range spec.Volumes {
 		v := &spec.Volumes[i]
-		var claim string
-		var sc *string
-		var size corev1.ResourceList
-		switch {
-		case v.DataVolume != nil:
-			claim = v.DataVolume.Name
-			if dv, ok := oldDV[claim]; ok && dv.Spec.Storage != nil {
-				sc, size = dv.Spec.Storage.StorageClassName, dv.Spec.Storage.Resources.Requests
-			}
-		case v.PersistentVolumeClaim != nil && !v.PersistentVolumeClaim.ReadOnly:
-			claim = v.PersistentVolumeClaim.ClaimName
-		case v.CloudInitNoCloud != nil:
-			ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(req.NewID)}
-			v.CloudInitNoCloud.UserDataSecretRef, v.CloudInitNoCloud.NetworkDataSecretRef = ref, ref
-			v.CloudInitNoCloud.UserData, v.CloudInitNoCloud.NetworkData, v.CloudInitNoCloud.UserDataBase64 = "", "", ""
+		if cloneCloudInit(v, req.NewID) {
 			continue
-		case v.CloudInitConfigDrive != nil:
-			ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(req.NewID)}
-			v.CloudInitConfigDrive.UserDataSecretRef, v.CloudInitConfigDrive.NetworkDataSecretRef = ref, ref
+		}
+		claim, sc, size := cloneSource(v, oldDV)
+		if claim == "" {
 			continue
-		default:
-			continue // read-only ISOs and other sources are shared, not copied
 		}
 		newName, err := freeVolumeName(req.NewID, &n, nil, req.VolumeTaken)
 		if err != nil {
-			errs["newid"] = err.Error()
-			return nil, errs
+			return nil, nil, err
 		}
 		renamed[claim] = newName
 		if req.Storage != "" {
@@ -158,9 +195,47 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 		})
 		v.VolumeSource = kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: newName}}
 	}
-	// Rewrite the volume ids in the disk keys and drop what only the
-	// source has: volumes not copied, and unusedN (PVE does not clone
-	// unused disks either).
+	return dvs, renamed, nil
+}
+
+// cloneSource is the claim volume v keeps data on, to be copied ("" for
+// none), with the StorageClass and size of its DataVolume template.
+func cloneSource(v *kubevirtv1.Volume, templates map[string]kubevirtv1.DataVolumeTemplateSpec) (claim string, sc *string, size corev1.ResourceList) {
+	switch {
+	case v.DataVolume != nil:
+		claim = v.DataVolume.Name
+		if dv, ok := templates[claim]; ok && dv.Spec.Storage != nil {
+			sc, size = dv.Spec.Storage.StorageClassName, dv.Spec.Storage.Resources.Requests
+		}
+	case v.PersistentVolumeClaim != nil && !v.PersistentVolumeClaim.ReadOnly:
+		claim = v.PersistentVolumeClaim.ClaimName
+	}
+	return claim, sc, size
+}
+
+// cloneCloudInit points a cloud-init volume at the clone's Secret, made
+// for it from the copied config (inline data, the source's, goes); false
+// for any other volume.
+func cloneCloudInit(v *kubevirtv1.Volume, newID int) bool {
+	switch {
+	case v.CloudInitNoCloud != nil:
+		ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(newID)}
+		v.CloudInitNoCloud.UserDataSecretRef, v.CloudInitNoCloud.NetworkDataSecretRef = ref, ref
+		v.CloudInitNoCloud.UserData, v.CloudInitNoCloud.NetworkData, v.CloudInitNoCloud.UserDataBase64 = "", "", ""
+		return true
+	case v.CloudInitConfigDrive != nil:
+		ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(newID)}
+		v.CloudInitConfigDrive.UserDataSecretRef, v.CloudInitConfigDrive.NetworkDataSecretRef = ref, ref
+		return true
+	}
+	return false
+}
+
+// cloneDiskKeys rewrites the volume ids in the disk keys to the copies
+// (renamed) and drops what only the source has: disks on volumes of the
+// source not copied, and unusedN (PVE does not clone unused disks
+// either).
+func cloneDiskKeys(cfg, renamed map[string]string, req CloneRequest) {
 	for k, v := range cfg {
 		switch {
 		case strings.HasPrefix(k, "unused"):
@@ -184,37 +259,6 @@ func CloneVM(src *kubevirtv1.VirtualMachine, req CloneRequest) (*kubevirtv1.Virt
 			cfg[k] = d.String()
 		}
 	}
-	delete(cfg, "template")
-	cfg["name"] = name
-	if req.Description != "" {
-		cfg["description"] = req.Description
-	}
-	rs := kubevirtv1.RunStrategyManual
-	id := strconv.Itoa(req.NewID)
-	annotations := map[string]string{
-		AnnotationNode: req.Node, AnnotationName: name, AnnotationConfig: EncodeConfig(cfg), AnnotationLock: LockClone,
-	}
-	// The clone keeps the disks' keys: the same disks, the same names.
-	if pins := src.Annotations[AnnotationDiskKeys]; pins != "" {
-		annotations[AnnotationDiskKeys] = pins
-	}
-	vm := &kubevirtv1.VirtualMachine{
-		TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: kname, Namespace: req.Namespace,
-			Labels:      map[string]string{LabelVMID: id},
-			Annotations: annotations,
-		},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			RunStrategy:         &rs,
-			DataVolumeTemplates: dvs,
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelVMID: id}},
-				Spec:       *spec,
-			},
-		},
-	}
-	return vm, nil
 }
 
 // smbios1Keys are the properties of PVE's smbios1 format.

@@ -1,6 +1,7 @@
 // Package translate holds the pure mapping between Proxmox VE (PVE) API
 // values and the KubeVirt objects that back them: VM IDs, node names, UPIDs,
-// guest states, sizes, tickets, tags, roles and a few qemu config values.
+// guest states, sizes, tickets, tags, roles and the RBAC rule each privilege
+// stands for, and VM specs built from and edited by PVE config calls.
 //
 // Nothing in this package performs I/O. Parsers follow PVE's own grammar
 // (pve-common JSONSchema, qemu-server, pve-access-control) so that clients

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -91,6 +92,41 @@ func VMState(printableStatus kubevirtv1.VirtualMachinePrintableStatus, vmiPhase 
 		}
 	}
 	return GuestState{Status: StatusStopped, QMPStatus: QMPStopped, Lock: lock}
+}
+
+// Running tells whether PVE shows the guest as running: its QEMU process
+// exists, from prelaunch until it has exited. This is what clients poll
+// and what the API's "VM %d not running" refusals test.
+func (s GuestState) Running() bool { return s.Status == StatusRunning }
+
+// GuestStateOf is the PVE state of vm with its instance vmi (nil when
+// there is none): VMState over the VM's printableStatus, the instance's
+// phase and its Paused condition.
+func GuestStateOf(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) GuestState {
+	if vmi == nil {
+		return VMState(vm.Status.PrintableStatus, "", false, false)
+	}
+	return VMState(vm.Status.PrintableStatus, vmi.Status.Phase, true, VMIPaused(vmi))
+}
+
+// VMIPaused tells whether an instance has a true Paused condition.
+func VMIPaused(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// VMIRunning tells whether the guest CPUs run in instance vmi (nil: none)
+// and nothing is stopping it: phase Running, no deletion under way. A
+// start, restart or resume is done at that moment. It is stricter than
+// GuestState.Running, which PVE already reports during prelaunch and
+// still while the instance is being stopped: a task that ended on either
+// would say the VM started while it has not, or is about to go away.
+func VMIRunning(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	return vmi != nil && vmi.Status.Phase == kubevirtv1.Running && vmi.DeletionTimestamp == nil
 }
 
 // PVE node status values of /nodes and /cluster/resources.

@@ -3,6 +3,8 @@ package translate
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -122,6 +124,73 @@ func TestOnbootFromRunStrategy(t *testing.T) {
 	for _, tt := range tests {
 		if got := OnbootFromRunStrategy(tt.rs); got != tt.want {
 			t.Errorf("OnbootFromRunStrategy(%q) = %v, want %v", tt.rs, got, tt.want)
+		}
+	}
+}
+
+func TestGuestStateOf(t *testing.T) {
+	vm := func(ps kubevirtv1.VirtualMachinePrintableStatus) *kubevirtv1.VirtualMachine {
+		return &kubevirtv1.VirtualMachine{Status: kubevirtv1.VirtualMachineStatus{PrintableStatus: ps}}
+	}
+	pausedCond := func(s corev1.ConditionStatus) []kubevirtv1.VirtualMachineInstanceCondition {
+		return []kubevirtv1.VirtualMachineInstanceCondition{
+			{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue},
+			{Type: kubevirtv1.VirtualMachineInstancePaused, Status: s},
+		}
+	}
+	vmi := func(phase kubevirtv1.VirtualMachineInstancePhase, conds []kubevirtv1.VirtualMachineInstanceCondition, deleting bool) *kubevirtv1.VirtualMachineInstance {
+		i := &kubevirtv1.VirtualMachineInstance{Status: kubevirtv1.VirtualMachineInstanceStatus{Phase: phase, Conditions: conds}}
+		if deleting {
+			now := metav1.Now()
+			i.DeletionTimestamp = &now
+		}
+		return i
+	}
+	tests := []struct {
+		name        string
+		vm          *kubevirtv1.VirtualMachine
+		vmi         *kubevirtv1.VirtualMachineInstance
+		want        GuestState
+		paused      bool // VMIPaused
+		instanceRun bool // VMIRunning
+	}{
+		{"no instance", vm(kubevirtv1.VirtualMachineStatusStopped), nil,
+			GuestState{Status: "stopped", QMPStatus: "stopped"}, false, false},
+		{"no instance, provisioning", vm(kubevirtv1.VirtualMachineStatusProvisioning), nil,
+			GuestState{Status: "stopped", QMPStatus: "stopped", Lock: "create"}, false, false},
+		{"running", vm(kubevirtv1.VirtualMachineStatusRunning), vmi(kubevirtv1.Running, nil, false),
+			GuestState{Status: "running", QMPStatus: "running"}, false, true},
+		{"paused condition true", vm(kubevirtv1.VirtualMachineStatusPaused), vmi(kubevirtv1.Running, pausedCond(corev1.ConditionTrue), false),
+			GuestState{Status: "running", QMPStatus: "paused"}, true, true},
+		{"paused condition false", vm(kubevirtv1.VirtualMachineStatusRunning), vmi(kubevirtv1.Running, pausedCond(corev1.ConditionFalse), false),
+			GuestState{Status: "running", QMPStatus: "running"}, false, true},
+		{"prelaunch: PVE running, instance not yet", vm(kubevirtv1.VirtualMachineStatusStarting), vmi(kubevirtv1.Scheduled, nil, false),
+			GuestState{Status: "running", QMPStatus: "prelaunch"}, false, false},
+		{"stopping: PVE running, instance going away", vm(kubevirtv1.VirtualMachineStatusStopping), vmi(kubevirtv1.Running, nil, true),
+			GuestState{Status: "running", QMPStatus: "running"}, false, false},
+		{"final instance", vm(kubevirtv1.VirtualMachineStatusStopped), vmi(kubevirtv1.Succeeded, nil, false),
+			GuestState{Status: "stopped", QMPStatus: "stopped"}, false, false},
+		{"node unreachable", vm(kubevirtv1.VirtualMachineStatusRunning), vmi(kubevirtv1.Unknown, nil, false),
+			GuestState{Status: "unknown"}, false, false},
+	}
+	for _, tt := range tests {
+		got := GuestStateOf(tt.vm, tt.vmi)
+		if got != tt.want {
+			t.Errorf("%s: GuestStateOf = %+v, want %+v", tt.name, got, tt.want)
+		}
+		if got.Running() != (tt.want.Status == StatusRunning) {
+			t.Errorf("%s: Running() = %v for status %q", tt.name, got.Running(), got.Status)
+		}
+		if tt.vmi != nil && VMIPaused(tt.vmi) != tt.paused {
+			t.Errorf("%s: VMIPaused = %v, want %v", tt.name, !tt.paused, tt.paused)
+		}
+		if VMIRunning(tt.vmi) != tt.instanceRun {
+			t.Errorf("%s: VMIRunning = %v, want %v", tt.name, !tt.instanceRun, tt.instanceRun)
+		}
+		// A task that waited for the instance ends when PVE already
+		// shows the guest running, never before.
+		if VMIRunning(tt.vmi) && !got.Running() {
+			t.Errorf("%s: instance runs but PVE status is %q", tt.name, got.Status)
 		}
 	}
 }

@@ -8,10 +8,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 // VMRequest is a PVE create or config call to map onto a VirtualMachine.
@@ -94,6 +92,20 @@ func KubeName(pveName string, vmid int) string {
 	return n
 }
 
+// freeKubeName is the VM object name for a PVE name that taken (if set)
+// does not report in use: KubeName, else KubeName with the vmid appended,
+// else pve-<vmid>.
+func freeKubeName(pveName string, vmid int, taken func(string) bool) string {
+	kname := KubeName(pveName, vmid)
+	if taken != nil && taken(kname) {
+		kname = KubeName(kname+"-"+strconv.Itoa(vmid), vmid)
+		if taken(kname) {
+			kname = "pve-" + strconv.Itoa(vmid)
+		}
+	}
+	return kname
+}
+
 // ISOClaimName is the PVC that holds the ISO image a PVE volume id like
 // "local:iso/debian-12.iso" names: the file name made a DNS label, in the
 // VM's namespace (PVE ISO storages are shared; here each namespace keeps
@@ -123,14 +135,7 @@ func BuildVM(req VMRequest) (*kubevirtv1.VirtualMachine, map[string]string) {
 		}
 		cfg[k] = v
 	}
-	name := cfg["name"]
-	kname := KubeName(name, req.VMID)
-	if req.NameTaken != nil && req.NameTaken(kname) {
-		kname = KubeName(kname+"-"+strconv.Itoa(req.VMID), req.VMID)
-		if req.NameTaken(kname) {
-			kname = "pve-" + strconv.Itoa(req.VMID)
-		}
-	}
+	kname := freeKubeName(cfg["name"], req.VMID, req.NameTaken)
 	rs := kubevirtv1.RunStrategyManual
 	vm := &kubevirtv1.VirtualMachine{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
@@ -249,235 +254,34 @@ func applyConfig(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]st
 	applyConfigChange(vm, req, cfg, errs, &diskChange{})
 }
 
+// applyConfigChange maps a config as it will be after the call (cfg: the
+// stored config with the call's keys set and its deletes removed) onto
+// vm's template, and stores cfg, normalised the way PVE prints it, in the
+// config annotation. PVE checks every key of a call before it writes any
+// and reports all bad keys at once, so every piece runs and records its
+// errors in errs; the caller discards vm when errs is not empty. Each piece
+// owns a few keys and the fields they map onto (see vmhardware.go),
+// resetting those so that a deleted key clears its field; fields no PVE
+// key owns (the firmware UUID, devices under other names) are left alone.
+// chg carries the volumes an update deletes for good (none on create).
 func applyConfigChange(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, errs map[string]string, chg *diskChange) {
 	if vm.Annotations == nil {
 		vm.Annotations = map[string]string{} // made with kubectl: none yet
 	}
-	intIn := func(key string, def, lo, hi int) int {
-		v, ok := cfg[key]
-		if !ok {
-			return def
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		switch {
-		case err != nil:
-			errs[key] = fmt.Sprintf("type check ('integer') failed - got '%s'", v)
-		case n < lo:
-			errs[key] = fmt.Sprintf("value must have a minimum value of %d", lo)
-		case n > hi:
-			errs[key] = fmt.Sprintf("value may not exceed %d", hi)
-		default:
-			cfg[key] = strconv.Itoa(n)
-			return n
-		}
-		return def
-	}
-	for _, k := range boolKeys {
-		v, ok := cfg[k]
-		if !ok {
-			continue
-		}
-		switch strings.ToLower(v) {
-		case "1", "yes", "on", "true":
-			cfg[k] = "1"
-		case "0", "no", "off", "false":
-			cfg[k] = "0"
-		default:
-			errs[k] = fmt.Sprintf("type check ('boolean') failed - got '%s'", v)
-		}
-	}
-	name := cfg["name"]
-	if name != "" && (!dnsNameRE.MatchString(name) || len(name) > 253) {
-		errs["name"] = "invalid format - value does not look like a valid DNS name"
-	}
-	sockets := intIn("sockets", 1, 1, 4096)
-	cores := intIn("cores", 1, 1, 1024)
-	memMiB := int64(512)
-	if v, ok := cfg["memory"]; ok {
-		m, err := ParseMemoryMiB(v)
-		if err != nil {
-			errs["memory"] = err.Error()
-		} else {
-			memMiB = m
-			cfg["memory"] = strconv.FormatInt(m, 10)
-		}
-	}
-	balloon := intIn("balloon", -1, 0, 4194304)
-	if balloon > 0 && int64(balloon) > memMiB {
-		errs["balloon"] = "balloon value too large (must be smaller than assigned memory)"
-	}
-	if v, ok := cfg["tags"]; ok {
-		tags, err := ParseTags(v)
-		if err != nil {
-			errs["tags"] = err.Error()
-		} else {
-			cfg["tags"] = FormatTags(tags)
-		}
-	}
-	if v, ok := cfg["description"]; ok && len(v) > 8192 {
-		errs["description"] = "value may only be 8192 characters long"
-	}
-	if b := cfg["bios"]; b != "" && b != "seabios" && b != "ovmf" {
-		errs["bios"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'seabios, ovmf'", b)
-	}
-	if a, ok := cfg["agent"]; ok {
-		if !AgentEnabled(a) && !strings.HasPrefix(a, "0") && !strings.HasPrefix(a, "enabled=0") {
-			errs["agent"] = fmt.Sprintf("invalid format - value '%s' is not a valid agent setting", a)
-		}
-		// PVE prints property strings without the name of the default key:
-		// "enabled=1,type=virtio" reads back as "1,type=virtio" (Telmate
-		// looks at the first character only).
-		cfg["agent"] = dropDefaultKey(a, "enabled")
-	}
-	if c, ok := cfg["cpu"]; ok {
-		cfg["cpu"] = dropDefaultKey(c, "cputype")
-	}
-
-	spec := &vm.Spec.Template.Spec
-	d := &spec.Domain
-	if d.CPU == nil {
-		d.CPU = &kubevirtv1.CPU{}
-	}
-	d.CPU.Sockets, d.CPU.Cores, d.CPU.Threads = uint32(sockets), uint32(cores), 1
-	d.CPU.Model = ""
-	if cpu := cfg["cpu"]; cpu != "" {
-		model := strings.TrimPrefix(strings.SplitN(cpu, ",", 2)[0], "cputype=")
-		if model == "host" {
-			d.CPU.Model = kubevirtv1.CPUModeHostPassthrough
-		}
-	}
-	if d.Memory == nil {
-		d.Memory = &kubevirtv1.Memory{}
-	}
-	q := MiBToQuantity(memMiB)
-	d.Memory.Guest = &q
-	d.Devices.AutoattachMemBalloon = nil
-	delete(d.Resources.Requests, corev1.ResourceMemory)
-	switch {
-	case balloon == 0:
-		off := false
-		d.Devices.AutoattachMemBalloon = &off
-	case balloon > 0:
-		if d.Resources.Requests == nil {
-			d.Resources.Requests = corev1.ResourceList{}
-		}
-		d.Resources.Requests[corev1.ResourceMemory] = MiBToQuantity(int64(balloon))
-	}
-	d.Machine = nil
-	if m := cfg["machine"]; m != "" {
-		// KubeVirt allows only q35 machine types by default; PVE's "pc"
-		// (i440fx) runs as q35, and the config keeps what the client sent.
-		typ := "q35"
-		if strings.Contains(m, "q35") {
-			typ = strings.TrimSuffix(m, "+pve0")
-		}
-		d.Machine = &kubevirtv1.Machine{Type: typ}
-	}
-	if d.Firmware == nil {
-		d.Firmware = &kubevirtv1.Firmware{}
-	}
-	d.Devices.TPM = nil
-	d.Features = nil
-	if cfg["bios"] == "ovmf" {
-		// efidisk0 keeps the EFI variables (KubeVirt's persistent EFI state);
-		// pre-enrolled-keys=1 is Secure Boot, which needs SMM.
-		sb := false
-		efi := &kubevirtv1.EFI{SecureBoot: &sb}
-		if v, ok := cfg["efidisk0"]; ok {
-			dr, err := parseDrive(v)
-			if err != nil {
-				errs["efidisk0"] = err.Error()
-			} else {
-				persistent := true
-				efi.Persistent = &persistent
-				// A boolean option is stored as PVE prints it: 1 or 0.
-				keys, err := parseBoolOption("pre-enrolled-keys", dr.opts)
-				if err != nil {
-					errs["efidisk0"] = "invalid format - " + err.Error()
-				} else if keys != nil {
-					dr.opts["pre-enrolled-keys"] = boolDigit(*keys)
-				}
-				if keys != nil && *keys {
-					on := true
-					efi.SecureBoot = &on
-					d.Features = &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{Enabled: &on}}
-				}
-				storage := strings.SplitN(dr.file, ":", 2)[0]
-				dr.file = storage + ":" + fmt.Sprintf("vm-%d-efidisk", req.VMID)
-				dr.set("size", "4M")
-				cfg["efidisk0"] = dr.String()
-			}
-		}
-		d.Firmware.Bootloader = &kubevirtv1.Bootloader{EFI: efi}
-	} else {
-		d.Firmware.Bootloader = nil
-		if _, ok := cfg["efidisk0"]; ok {
-			errs["efidisk0"] = "an EFI disk needs bios=ovmf"
-		}
-	}
-	if v, ok := cfg["tpmstate0"]; ok {
-		dr, err := parseDrive(v)
-		if err != nil {
-			errs["tpmstate0"] = err.Error()
-		} else {
-			persistent := true
-			d.Devices.TPM = &kubevirtv1.TPMDevice{Persistent: &persistent}
-			storage := strings.SplitN(dr.file, ":", 2)[0]
-			dr.file = storage + ":" + fmt.Sprintf("vm-%d-tpmstate", req.VMID)
-			if dr.opts["version"] == "" {
-				dr.set("version", "v2.0")
-			}
-			dr.set("size", "4M")
-			cfg["tpmstate0"] = dr.String()
-		}
-	}
-	spec.Hostname = ""
-	if name != "" && dnsNameRE.MatchString(name) && !strings.Contains(name, ".") && len(name) <= 63 {
-		spec.Hostname = strings.ToLower(name)
-	}
-	if name != "" {
-		vm.Annotations[AnnotationName] = name
-	} else {
-		delete(vm.Annotations, AnnotationName)
-	}
-
-	bootOrder := map[string]uint{}
-	if b := cfg["boot"]; strings.HasPrefix(b, "order=") {
-		for i, dev := range strings.Split(strings.TrimPrefix(b, "order="), ";") {
-			if dev = strings.TrimSpace(dev); dev != "" {
-				bootOrder[dev] = uint(i + 1)
-			}
-		}
-	}
-	for k, v := range cfg {
-		if strings.HasPrefix(k, "ipconfig") {
-			c, err := ParseIPConfig(v)
-			if err != nil {
-				errs[k] = err.Error()
-				continue
-			}
-			cfg[k] = c.String()
-		}
-	}
-	if v, ok := cfg["sshkeys"]; ok {
-		if _, err := SSHKeys(v); err != nil {
-			errs["sshkeys"] = err.Error()
-		}
-	}
-	if t := cfg["citype"]; t != "" && t != "nocloud" && t != "configdrive2" {
-		errs["citype"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'configdrive2, nocloud, opennebula'", t)
-	}
-	applyNets(vm, req, cfg, bootOrder, errs)
-	applyDrives(vm, req, cfg, bootOrder, errs, chg)
-	delete(cfg, "template")
-	if vm.Labels[LabelTemplate] == "true" {
-		cfg["template"] = "1"
-	}
-	if v := cfg["cipassword"]; v != "" {
-		// The password itself lives in the cloud-init Secret only.
-		cfg["cipassword"] = MaskedPassword
-	}
-	vm.Annotations[AnnotationConfig] = EncodeConfig(cfg)
+	normalizeBools(cfg, errs)
+	checkOptions(cfg, errs)
+	d := &vm.Spec.Template.Spec.Domain
+	applyCPU(d, cfg, errs)
+	applyMemory(d, cfg, errs)
+	applyMachine(d, cfg)
+	applyFirmware(d, req.VMID, cfg, errs)
+	applyTPM(d, req.VMID, cfg, errs)
+	applyName(vm, cfg, errs)
+	checkCloudInit(cfg, errs)
+	boot := bootOrder(cfg)
+	applyNets(vm, req, cfg, boot, errs)
+	applyDrives(vm, req, cfg, boot, errs, chg)
+	storeConfig(vm, cfg)
 }
 
 // MaskedPassword is how PVE shows cipassword.
@@ -552,369 +356,6 @@ func applyNets(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]stri
 		no := false
 		spec.Domain.Devices.AutoattachPodInterface = &no
 	}
-}
-
-// applyDrives maps disk keys onto disks, volumes and DataVolume templates
-// of the same name. Volumes of the VM ("<storage>:<claim>") are attached
-// by name; new "<storage>:<GiB>" disks get the first vm-<id>-disk-<n> that
-// no claim, DataVolume or VM of the namespace uses. Foreign disks (see
-// specDisk) are kept exactly as they are unless the update deletes their
-// key (then they are detached); an update that would change one is
-// refused, since it cannot be rebuilt from a PVE value without guessing.
-func applyDrives(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]string, bootOrder map[string]uint, errs map[string]string, chg *diskChange) {
-	spec := &vm.Spec.Template.Spec
-	stored := StoredConfig(vm)
-	sds := specDisks(vm, stored)
-	foreign := map[string]specDisk{} // by disk name
-	foreignKey := map[string]bool{}
-	for _, s := range sds {
-		if !s.managed {
-			foreign[s.disk.Name] = s
-			foreignKey[s.key] = true
-		}
-	}
-	_, setBoot := req.Config["boot"]
-
-	// The claims this VM may attach by name, detach and delete: its
-	// DataVolume templates, the claims its disks use, its unusedN.
-	existingDV := map[string]kubevirtv1.DataVolumeTemplateSpec{}
-	owned := map[string]*ownedClaim{}
-	for _, dv := range vm.Spec.DataVolumeTemplates {
-		existingDV[dv.Name] = dv
-		owned[dv.Name] = &ownedClaim{storage: TemplateStorageClass(dv), template: true, dv: true}
-	}
-	for _, s := range sds {
-		if s.disk.CDRom != nil {
-			continue
-		}
-		if n, dv := claimOfVolume(s.vol); n != "" && owned[n] == nil {
-			owned[n] = &ownedClaim{dv: dv}
-		}
-	}
-	for _, k := range orderedKeys(stored) {
-		if !strings.HasPrefix(k, "unused") {
-			continue
-		}
-		if n := unusedVolume(stored[k]); n != "" && owned[n] == nil {
-			st, _, _ := strings.Cut(stored[k], ":")
-			owned[n] = &ownedClaim{storage: st, dv: false}
-		}
-	}
-	for n, o := range owned {
-		if o.storage == "" {
-			if ci, ok := req.Claim.get(n); ok {
-				o.storage = ci.StorageClass
-			}
-		}
-		if o.storage == "" {
-			o.storage = unknownStorage
-		}
-	}
-	usedDV := map[string]bool{} // claims a drive uses after this change
-
-	// Foreign disks first, in their order: kept as they are, or detached.
-	var disks []kubevirtv1.Disk
-	keepVol, dropVol := map[string]bool{}, map[string]bool{}
-	for _, d := range spec.Domain.Devices.Disks {
-		s, isForeign := foreign[d.Name]
-		switch {
-		case isForeign:
-			if _, keep := cfg[s.key]; !keep {
-				dropVol[d.Name] = true // detached: its claim becomes unusedN
-				continue
-			}
-			if v, set := req.Config[s.key]; set && !sameDrive(v, foreignValue(vm, s, req.Claim)) {
-				errs[s.key] = fmt.Sprintf("'%s' is the KubeVirt disk '%s', which was not made through this API: it can be detached or removed (delete, unlink), not changed or replaced", s.key, d.Name)
-				continue
-			}
-			if setBoot {
-				d.BootOrder = nil
-				if o, ok := bootOrder[s.key]; ok {
-					d.BootOrder = &o
-				}
-			}
-			keepVol[d.Name] = true
-			if n, _ := claimOfVolume(s.vol); n != "" && d.CDRom == nil {
-				usedDV[n] = true
-			}
-			disks = append(disks, d)
-		case !diskKeyRE.MatchString(d.Name):
-			disks = append(disks, d) // no key to show it under: not ours
-		}
-	}
-	var vols []kubevirtv1.Volume
-	for _, v := range spec.Volumes {
-		if keepVol[v.Name] || (!diskKeyRE.MatchString(v.Name) && !dropVol[v.Name]) {
-			vols = append(vols, v)
-		}
-	}
-
-	var keys []string
-	for k := range cfg {
-		if diskKeyRE.MatchString(k) && !foreignKey[k] {
-			keys = append(keys, k)
-		}
-	}
-	sortIndexed(keys)
-	next := 0
-	// newVolume is the first vm-<id>-disk-<n> nothing in the namespace uses.
-	newVolume := func() (string, error) {
-		return freeVolumeName(req.VMID, &next, func(name string) bool { return owned[name] != nil || chg.destroy[name] }, req.VolumeTaken)
-	}
-	var ciDrive string
-	for _, k := range keys {
-		d, err := parseDrive(cfg[k])
-		if err != nil {
-			errs[k] = err.Error()
-			continue
-		}
-		bus := diskBus(k)
-		disk := kubevirtv1.Disk{Name: k}
-		if o, ok := bootOrder[k]; ok {
-			disk.BootOrder = &o
-		}
-		var vol *kubevirtv1.Volume
-		switch {
-		case ciVolRE.MatchString(d.file):
-			m := ciVolRE.FindStringSubmatch(d.file)
-			if ciDrive != "" {
-				errs[k] = "only one cloud-init drive is allowed (already on " + ciDrive + ")"
-				continue
-			}
-			ciDrive = k
-			secret := CloudInitSecretName(req.VMID)
-			disk.DiskDevice = kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: cdromBus(bus)}}
-			src := &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret}, NetworkDataSecretRef: &corev1.LocalObjectReference{Name: secret}}
-			if cfg["citype"] == "configdrive2" {
-				vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: src.UserDataSecretRef, NetworkDataSecretRef: src.NetworkDataSecretRef}}}
-			} else {
-				vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: src}}
-			}
-			d.file = m[1] + ":" + CloudInitSecretName(req.VMID)
-			d.set("media", "cdrom")
-		case d.opts["media"] == "cdrom":
-			if d.file == "none" || d.file == "cdrom" {
-				continue // an empty drive has no KubeVirt form; the config keeps it
-			}
-			m := isoRE.FindStringSubmatch(d.file)
-			if m == nil {
-				errs[k] = fmt.Sprintf("invalid CD-ROM volume '%s': use '<storage>:iso/<file>', 'none' or 'cdrom'", d.file)
-				continue
-			}
-			claim := ISOClaimName(m[2])
-			size, ok := int64(0), false
-			if req.ISOSize != nil {
-				size, ok = req.ISOSize(claim)
-			}
-			if !ok {
-				errs[k] = fmt.Sprintf("volume '%s' does not exist (expected a PVC '%s' in namespace '%s')", d.file, claim, req.Namespace)
-				continue
-			}
-			disk.DiskDevice = kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: cdromBus(bus)}}
-			vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
-				PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: true},
-			}}}
-			if size > 0 {
-				d.set("size", FormatSize(size))
-			}
-		default:
-			disk.DiskDevice = kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}
-			if d.opts["iothread"] == "1" {
-				t := true
-				disk.DedicatedIOThread = &t
-			}
-			if c := d.opts["cache"]; c == "none" || c == "writethrough" || c == "writeback" {
-				disk.Cache = kubevirtv1.DriverCache(c)
-			}
-			disk.Serial = d.opts["serial"]
-			var volName string
-			asDV := true
-			if imp, ok := d.opts["import-from"]; ok && newDiskRE.MatchString(d.file) {
-				// import-from copies a volume of this cluster: a DataVolume
-				// cloned from that claim (same namespace), at least as
-				// large as the source.
-				m := newDiskRE.FindStringSubmatch(d.file)
-				src := strings.SplitN(imp, ":", 2)
-				if len(src) != 2 || strings.Contains(src[1], "/") || m[2] == "" {
-					errs[k] = fmt.Sprintf("import-from '%s': only volumes of this cluster ('<storage>:<volume>') can be imported", imp)
-					continue
-				}
-				storage := m[2]
-				if req.StorageExists != nil && !req.StorageExists(storage) {
-					errs[k] = fmt.Sprintf("storage '%s' does not exist", storage)
-					continue
-				}
-				gib, _ := strconv.ParseFloat(m[3], 64)
-				bytes := int64(gib * (1 << 30))
-				if req.Claim != nil {
-					ci, ok := req.Claim.get(src[1])
-					if !ok {
-						errs[k] = fmt.Sprintf("import-from: volume '%s' does not exist", imp)
-						continue
-					}
-					bytes = max(bytes, ci.Bytes)
-				}
-				bytes = (bytes + (1<<20 - 1)) &^ (1<<20 - 1)
-				if volName, err = newVolume(); err != nil {
-					errs[k] = err.Error()
-					continue
-				}
-				sc := storage
-				st := &cdiv1.StorageSpec{StorageClassName: &sc}
-				if bytes > 0 {
-					st.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(bytes, resource.BinarySI)}
-					d.set("size", FormatSize(bytes))
-				}
-				existingDV[volName] = kubevirtv1.DataVolumeTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Name: volName},
-					Spec: cdiv1.DataVolumeSpec{
-						Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: req.Namespace, Name: src[1]}},
-						Storage: st,
-					},
-				}
-				owned[volName] = &ownedClaim{storage: storage, template: true, dv: true}
-				delete(d.opts, "import-from")
-				d.file = storage + ":" + volName
-			} else if m := newDiskRE.FindStringSubmatch(d.file); m != nil {
-				storage := m[2]
-				if storage == "" {
-					errs[k] = "missing storage ID in '" + d.file + "'"
-					continue
-				}
-				if req.StorageExists != nil && !req.StorageExists(storage) {
-					errs[k] = fmt.Sprintf("storage '%s' does not exist", storage)
-					continue
-				}
-				gib, _ := strconv.ParseFloat(m[3], 64)
-				bytes := int64(gib * (1 << 30))
-				if bytes <= 0 {
-					errs[k] = "disk size must be greater than zero"
-					continue
-				}
-				bytes = (bytes + (1<<20 - 1)) &^ (1<<20 - 1) // whole MiB, as PVE allocates
-				if volName, err = newVolume(); err != nil {
-					errs[k] = err.Error()
-					continue
-				}
-				sc := storage
-				existingDV[volName] = kubevirtv1.DataVolumeTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Name: volName},
-					Spec: cdiv1.DataVolumeSpec{
-						Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
-						Storage: &cdiv1.StorageSpec{
-							StorageClassName: &sc,
-							Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(bytes, resource.BinarySI)}},
-						},
-					},
-				}
-				owned[volName] = &ownedClaim{storage: storage, template: true, dv: true}
-				d.file = storage + ":" + volName
-				d.set("size", FormatSize(bytes))
-			} else if st, name, ok := strings.Cut(d.file, ":"); ok && st != "" && owned[name] != nil {
-				// A volume of this VM: re-attached, or kept under its key.
-				o := owned[name]
-				if usedDV[name] {
-					errs[k] = fmt.Sprintf("volume '%s' is already used by another drive", d.file)
-					continue
-				}
-				// Re-attached in the same call that deletes its unusedN
-				// (or its old key, with force): moved, not deleted.
-				delete(chg.destroy, name)
-				volName, asDV = name, o.dv
-				size := int64(0)
-				if o.template {
-					size = DataVolumeSize(existingDV[name])
-				}
-				if ci, ok := req.Claim.get(name); ok && size == 0 {
-					size = ci.Bytes
-				}
-				if size > 0 {
-					d.set("size", FormatSize(size))
-				}
-			} else {
-				_, claimed := req.Claim.get(name)
-				switch {
-				case ok && st != "" && claimed:
-					errs[k] = fmt.Sprintf("volume '%s' is not a volume of VM %d", d.file, req.VMID)
-				case ownVolRE.MatchString(d.file):
-					errs[k] = fmt.Sprintf("volume '%s' does not exist", d.file)
-				default:
-					errs[k] = fmt.Sprintf("unable to parse volume '%s': use '<storage>:<size in GiB>' for a new disk or '<storage>:vm-<vmid>-disk-<n>' for an existing one", d.file)
-				}
-				continue
-			}
-			usedDV[volName] = true
-			if asDV {
-				vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: volName}}}
-			} else {
-				vol = &kubevirtv1.Volume{Name: k, VolumeSource: kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
-					PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: volName},
-				}}}
-			}
-		}
-		disks = append(disks, disk)
-		vols = append(vols, *vol)
-		cfg[k] = d.String()
-	}
-
-	// Claims no drive uses are PVE's unusedN: their data is kept until the
-	// key is deleted (or the disk was deleted with force). An unusedN
-	// keeps its key, as on PVE: a repeated delete of unused0 must not
-	// free the volume that would move into it.
-	prevKey := map[string]string{}
-	for _, k := range orderedKeys(cfg) {
-		if !strings.HasPrefix(k, "unused") {
-			continue
-		}
-		if v, ok := stored[k]; ok && v == cfg[k] {
-			if n := unusedVolume(v); n != "" && prevKey[n] == "" {
-				prevKey[n] = k
-			}
-		}
-		delete(cfg, k)
-	}
-	var dvs []kubevirtv1.DataVolumeTemplateSpec
-	for _, n := range orderedKeys(existingDV) {
-		if !chg.destroy[n] {
-			dvs = append(dvs, existingDV[n])
-		}
-	}
-	takenKey := map[string]bool{}
-	var fresh []string
-	for _, n := range orderedKeys(owned) {
-		switch {
-		case usedDV[n]:
-		case chg.destroy[n]:
-			chg.destroyed = append(chg.destroyed, n)
-		case prevKey[n] != "":
-			cfg[prevKey[n]] = owned[n].storage + ":" + n
-			takenKey[prevKey[n]] = true
-		default:
-			fresh = append(fresh, n)
-		}
-	}
-	unused := 0
-	for _, n := range fresh {
-		for takenKey["unused"+strconv.Itoa(unused)] {
-			unused++
-		}
-		cfg["unused"+strconv.Itoa(unused)] = owned[n].storage + ":" + n
-		unused++
-	}
-	// Foreign disks are shown from the spec, never stored.
-	for k := range foreignKey {
-		delete(cfg, k)
-	}
-	var kept []specDisk
-	for _, s := range sds {
-		if !s.managed && keepVol[s.disk.Name] {
-			kept = append(kept, s)
-		}
-	}
-	pinDiskKeys(vm, kept)
-	vm.Spec.DataVolumeTemplates = dvs
-	spec.Domain.Devices.Disks = disks
-	spec.Volumes = vols
 }
 
 // DataVolumeSize is the requested size of a DataVolume template.

@@ -45,6 +45,7 @@ type env struct {
 	adminPort int
 	base      string
 	dir       string
+	poll      string // poll_interval (100ms)
 }
 
 var clusterSeq atomic.Int32
@@ -53,9 +54,22 @@ var clusterSeq atomic.Int32
 // filled in when empty).
 func newEnv(t testing.TB, specs ...pvesim.GuestSpec) *env {
 	t.Helper()
-	e := &env{t: t, guestPort: testcaddy.FreePort(t), port: testcaddy.FreePort(t), dir: t.TempDir()}
+	return newEnvWith(t, pvesim.Options{}, specs...)
+}
+
+// newEnvWith is newEnv with simulator options (30ms tasks and nodes pve1,
+// pve2 unless set).
+func newEnvWith(t testing.TB, opts pvesim.Options, specs ...pvesim.GuestSpec) *env {
+	t.Helper()
+	e := &env{t: t, guestPort: testcaddy.FreePort(t), port: testcaddy.FreePort(t), dir: t.TempDir(), poll: "100ms"}
 	e.cluster = fmt.Sprintf("lab%d", clusterSeq.Add(1))
-	e.sim = pvesim.New(pvesim.Options{TaskDelay: 30 * time.Millisecond, Nodes: []string{"pve1", "pve2"}})
+	if opts.TaskDelay == 0 {
+		opts.TaskDelay = 30 * time.Millisecond
+	}
+	if opts.Nodes == nil {
+		opts.Nodes = []string{"pve1", "pve2"}
+	}
+	e.sim = pvesim.New(opts)
 	for _, s := range specs {
 		if s.IP == "" {
 			s.IP = nextIP()
@@ -95,13 +109,13 @@ func (e *env) globals(extra string) string {
 			url %s
 			token_id %s
 			token_secret %s
-			poll_interval 100ms
+			poll_interval %s
 			request_timeout 2s
 		}
 	}
 	%s
 }
-`, admin, e.dir, e.cluster, e.apiURL, e.sim.TokenID(), e.sim.TokenSecret(), extra)
+`, admin, e.dir, e.cluster, e.apiURL, e.sim.TokenID(), e.sim.TokenSecret(), e.poll, extra)
 }
 
 // wakeSite is a site on 127.0.0.1 with proxmox_wake on guest ref and
@@ -210,14 +224,14 @@ func (e *env) waitPolled() {
 	waitFor(e.t, 5*time.Second, "a poll of the cluster", func() bool { return e.polls() >= want })
 }
 
-// guestInfo reads the admin API's view of a guest (adminPort must be set).
-func (e *env) guestInfo(ref string) guestInfo {
+// info reads the admin API's view of a guest (adminPort must be set).
+func (e *env) info(ref string) guestInfo {
 	e.t.Helper()
-	var info guestInfo
-	if code := e.adminJSON("GET", fmt.Sprintf("/proxmox/guests/%s/%s", e.cluster, ref), &info); code != 200 {
-		e.t.Fatalf("admin API: guest %s: %d", ref, code)
+	var in guestInfo
+	if code := e.adminJSON("GET", fmt.Sprintf("/proxmox/guests/%s/%s", e.cluster, ref), &in); code != 200 {
+		e.t.Fatalf("admin API on %s: %d", ref, code)
 	}
-	return info
+	return in
 }
 
 // openUpgrade opens an upgraded (websocket-style) connection through

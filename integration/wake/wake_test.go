@@ -101,7 +101,7 @@ func TestWebsocketAndStreamKeepAwake(t *testing.T) {
 	// idle_timeout) must not count as idle: the guest still counts the
 	// connection in flight, which keeps its idle check from stopping it.
 	time.Sleep(700 * time.Millisecond)
-	if info := e.guestInfo("100"); info.Inflight == 0 || info.SleepIn == nil || *info.SleepIn != 0.3 {
+	if info := e.info("100"); info.Inflight == 0 || info.SleepIn == nil || *info.SleepIn != 0.3 {
 		t.Fatalf("the open websocket is not counted in flight: %+v", info)
 	}
 	if e.sim.Status(100) != "running" || e.sim.ActionCalls(100, "shutdown") != 0 {
@@ -318,7 +318,7 @@ func TestIgnoreMatcher(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 100})
 	e.adminPort = testcaddy.FreePort(t)
 	e.start(e.site("127.0.0.1", "100", "ignore {\n\t\t\tpath /health\n\t\t}\n\t\tignore @bots", "@bots header User-Agent *bot*"))
-	waitFor(t, 2*time.Second, "the guest known stopped", func() bool { return e.guestInfo("100").State == "stopped" })
+	waitFor(t, 2*time.Second, "the guest known stopped", func() bool { return e.info("100").State == "stopped" })
 	if a := e.get("/health"); a.code != 503 || a.header.Get("Retry-After") == "" {
 		t.Fatalf("health while asleep: %d", a.code)
 	}
@@ -326,7 +326,7 @@ func TestIgnoreMatcher(t *testing.T) {
 		t.Fatalf("bot while asleep: %d", a.code)
 	}
 	// A request that wakes or extends does so before it is answered.
-	if info := e.guestInfo("100"); info.State != "stopped" || info.LastActivity != nil || info.Inflight != 0 {
+	if info := e.info("100"); info.State != "stopped" || info.LastActivity != nil || info.Inflight != 0 {
 		t.Fatalf("ignored requests woke or touched the guest: %+v", info)
 	}
 	if n := e.sim.ActionCalls(100, "start"); n != 0 {

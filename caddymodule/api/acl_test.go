@@ -1,0 +1,69 @@
+package api
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNewPermissionsRefusesBadGrants(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []IdentityConfig
+		role string
+		want string
+	}{
+		{role: "Root", want: "unknown role"},
+		{ids: []IdentityConfig{{ID: "alice"}}, want: "want user@realm"},
+		{ids: []IdentityConfig{{ID: "alice@pve!"}}, want: "want user@realm"},
+		{ids: []IdentityConfig{{ID: "a@pve"}, {ID: "a@pve"}}, want: "twice"},
+		{ids: []IdentityConfig{{ID: "a@pve", Roles: []GrantConfig{{Path: "/", Role: "God"}}}}, want: "unknown role"},
+		{ids: []IdentityConfig{{ID: "a@pve", Roles: []GrantConfig{{Path: "/vms/abc", Role: "PVEAuditor"}}}}, want: "bad ACL path"},
+		{ids: []IdentityConfig{{ID: "a@pve", Roles: []GrantConfig{{Path: "/pool/", Role: "PVEAuditor"}}}}, want: "bad ACL path"},
+		{ids: []IdentityConfig{{ID: "a@pve", Roles: []GrantConfig{{Path: "vms/1", Role: "PVEAuditor"}}}}, want: "bad ACL path"},
+	} {
+		_, err := newPermissions(false, tc.ids, tc.role)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v %q: error %v, want %q", tc.ids, tc.role, err, tc.want)
+		}
+	}
+}
+
+func TestGrantsPropagate(t *testing.T) {
+	grants := []GrantConfig{{Path: "/pool/team", Role: "PVEVMUser"}, {Path: "/vms/7", Role: "PVEVMAdmin"}, {Path: "/storage/ceph", Role: "PVEDatastoreUser"}}
+	for _, tc := range []struct {
+		path, ns, priv string
+		want           bool
+	}{
+		{"/vms/1", "team", "VM.PowerMgmt", true},
+		{"/vms/1", "team", "VM.Allocate", false},
+		{"/vms/1", "other", "VM.PowerMgmt", false},
+		{"/vms/7", "other", "VM.Allocate", true},
+		{"/vms/70", "other", "VM.Allocate", false},
+		{"/storage/ceph", "", "Datastore.AllocateSpace", true},
+		{"/storage/cephx", "", "Datastore.AllocateSpace", false},
+		{"/", "", "VM.Audit", false},
+		{"/pool/team", "team", "VM.Audit", true},
+	} {
+		if got := granted(grants, tc.path, tc.ns, tc.priv); got != tc.want {
+			t.Errorf("%s (ns %s) %s = %v, want %v", tc.path, tc.ns, tc.priv, got, tc.want)
+		}
+	}
+	p, err := newPermissions(false, []IdentityConfig{{ID: "a@pve", KubeUser: "alice", KubeGroups: []string{"ops"}}, {ID: "a@pve!ci", Roles: grants}}, "PVEAuditor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.allAdmin {
+		t.Fatal("allAdmin with non-admin grants")
+	}
+	if g := p.grants(identity{UserID: "a@pve"}); len(g) != 1 || g[0].Role != "PVEAuditor" {
+		t.Fatalf("user without grants: %v, want the default role on /", g)
+	}
+	if g := p.grants(identity{UserID: "a@pve", TokenID: "a@pve!ci"}); len(g) != 3 {
+		t.Fatalf("token with its own grants: %v", g)
+	}
+	if k := p.kubeIdentity(identity{UserID: "a@pve", TokenID: "a@pve!other"}); k.User != "alice" || len(k.Groups) != 1 {
+		t.Fatalf("token without an entry acts as its user: %+v", k)
+	}
+	if k := p.kubeIdentity(identity{UserID: "b@pve"}); k.User != "pve:b@pve" {
+		t.Fatalf("default kube user: %+v", k)
+	}
+}

@@ -1,0 +1,90 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// postQemuClone clones a VM (or template) into newid. Disks are CDI
+// DataVolume clones of the source's claims; the new VM shows lock "clone"
+// until they are ready, and the qmclone task (id = the SOURCE vmid, as on
+// PVE) ends then.
+func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
+	g, e := h.guest(q)
+	if e != nil {
+		return nil, e
+	}
+	if e := q.p.allowOnly("newid", "name", "description", "pool", "target", "full", "storage", "format", "snapname", "bwlimit"); e != nil {
+		return nil, e
+	}
+	newID, e := q.p.vmid("newid")
+	if e != nil {
+		return nil, e
+	}
+	if _, e := q.p.boolean("full", true); e != nil {
+		return nil, e
+	}
+	if f := q.p["format"]; f != "" && f != "raw" && f != "qcow2" && f != "vmdk" {
+		return nil, paramErr("format", "value '%s' does not have a value in the enumeration 'raw, qcow2, vmdk'", f)
+	}
+	if s := q.p["snapname"]; s != "" && s != "current" {
+		// A refusal, not a malformed parameter: a 500 whose reason phrase
+		// clients show (proxmoxer cannot see a 400's errors object).
+		return nil, newError(http.StatusInternalServerError, "cloning from a snapshot is not supported yet; clone the current state")
+	}
+	node := g.Node
+	if t := q.p["target"]; t != "" {
+		found := false
+		for _, n := range h.nodes() {
+			found = found || n.Name == t
+		}
+		if !found {
+			return nil, paramErr("target", "no such cluster node '%s'", t)
+		}
+		node = t
+	}
+	ns := cloneNamespace(q, g)
+	if !q.c.Serves(ns) {
+		return nil, noPool(ns)
+	}
+	if s := q.p["storage"]; s != "" && !q.c.StorageClassExists(s) {
+		return nil, paramErr("storage", "storage '%s' does not exist", s)
+	}
+	if q.c.VMIDTaken(newID) {
+		return nil, newError(http.StatusInternalServerError, "VM %d already exists", newID)
+	}
+	vm, errs := translate.CloneVM(g.VM, translate.CloneRequest{
+		NewID: newID, Node: node, Namespace: ns, Name: q.p["name"], Description: q.p["description"], Storage: q.p["storage"],
+		NameTaken:   func(name string) bool { return q.c.VMNameTaken(ns, name) },
+		VolumeTaken: func(name string) (bool, error) { return q.c.VolumeNameTaken(q.ctx(), ns, name) },
+	})
+	if len(errs) > 0 {
+		return nil, paramError(errs)
+	}
+	_, created, e := h.createGuest(q, newID, vm, func(clone kube.Guest, _ *kubevirtv1.VirtualMachine) *apiError {
+		return h.copyCloudInit(q, g, clone)
+	})
+	if e != nil {
+		return nil, e
+	}
+	spec := h.taskSpec(q, g, translate.TaskClone, kube.GoalProvisioned, 30*time.Minute,
+		fmt.Sprintf("clone VM %d (%s/%s) to %d (%s/%s)", g.VMID, g.Namespace(), g.Name(), newID, created.Namespace, created.Name))
+	// The task is about the new VM, its id the source's.
+	spec.Namespace, spec.Name, spec.UID, spec.PrevVMI = created.Namespace, created.Name, created.UID, ""
+	return h.beginSpec(q, spec)
+}
+
+// copyCloudInit gives the clone its own cloud-init Secret, rendered for
+// its new MACs, with the source's password.
+func (h *APIHandler) copyCloudInit(q *request, src, clone kube.Guest) *apiError {
+	password := ""
+	if s, err := q.c.Secret(q.ctx(), src.Namespace(), translate.CloudInitSecretName(src.VMID)); err == nil {
+		password = string(s.Data["cipassword"])
+	}
+	return h.applyCloudInit(q, clone.VMID, clone.VM, password, true)
+}

@@ -1,0 +1,31 @@
+package api
+
+import (
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// FuzzCaddyfile runs arbitrary directive bodies through the proxmox_api
+// Caddyfile parser and the validation that follows it: a typo in a
+// Caddyfile is an error message, never a panic. The seeds include the
+// wake family's directives (caddymodule/wake fuzzes those parsers), so
+// that foreign options reach this parser too.
+func FuzzCaddyfile(f *testing.F) {
+	f.Add("proxmox_api {\n simulate {\n vms 3\n }\n token root@pam!ci s3cret\n user a@pve pw\n auth_failure_delay 1s\n}")
+	f.Add("proxmox {\n cluster lab {\n url https://pve:8006\n token_id a@pam!x\n token_secret y\n poll_interval 1s\n }\n}")
+	f.Add("proxmox_wake lab/web {\n port 8080\n idle_timeout 2m\n keep_warm Mon-Fri 09:00-18:00\n depends_on 101 db\n ignore {\n path /health\n }\n mode hold\n show_details\n}")
+	f.Add("proxmox lab/web 8080 {\n guest lab/101\n port 99999\n}")
+	f.Add("proxmox_api {\n auth_failure_delay -1s\n sync_timeout\n namespace\n}")
+	f.Fuzz(func(t *testing.T, text string) {
+		tokens, err := caddyfile.Tokenize([]byte(text), "Caddyfile")
+		if err != nil || len(tokens) == 0 {
+			return
+		}
+		d := func() *caddyfile.Dispenser { return caddyfile.NewDispenser(tokens) }
+		var h APIHandler
+		if h.UnmarshalCaddyfile(d()) == nil {
+			_ = h.Validate()
+		}
+	})
+}

@@ -1,0 +1,91 @@
+package api_test
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestCloneAndSnapshots(t *testing.T) {
+	a := shared(t)
+	node := "kv-node-1-lab-internal"
+	var src, upid string
+	a.OK("GET", "/cluster/nextid", nil, &src)
+	a.OK("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {src}, "name": {"golden"}, "net0": {"virtio,bridge=vmbr0"},
+		"scsi0": {"local-lvm:8"}, "ide2": {"local-lvm:cloudinit"}, "ciuser": {"ops"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	a.OK("POST", "/nodes/"+node+"/qemu/"+src+"/template", nil, &upid)
+	a.WaitTask(upid)
+
+	var dst string
+	a.OK("GET", "/cluster/nextid", nil, &dst)
+	a.OK("POST", "/nodes/"+node+"/qemu/"+src+"/clone", url.Values{"newid": {dst}, "name": {"web-from-golden"}, "full": {"1"}, "target": {"kv-node-2-lab-internal"}}, &upid)
+	if !strings.Contains(upid, ":qmclone:"+src+":") {
+		t.Fatalf("clone UPID must carry the source id: %s", upid)
+	}
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("clone: %s", exit)
+	}
+	var cfg, srcCfg map[string]any
+	a.OK("GET", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/config", nil, &cfg)
+	a.OK("GET", "/nodes/"+node+"/qemu/"+src+"/config", nil, &srcCfg)
+	if cfg["name"] != "web-from-golden" || cfg["template"] != nil || cfg["scsi0"] != "local-lvm:vm-"+dst+"-disk-0,size=8G" || cfg["net0"] == srcCfg["net0"] {
+		t.Fatalf("clone config %v (source %v)", cfg, srcCfg)
+	}
+	if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+src+"/clone", url.Values{"newid": {dst}}); ans.Code != 500 || !strings.Contains(ans.Message, "already exists") {
+		t.Fatalf("clone onto a taken id: %s", ans.Status)
+	}
+
+	// Snapshots of the clone.
+	a.OK("POST", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot", url.Values{"snapname": {"before-upgrade"}, "description": {"pre"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("snapshot: %s", exit)
+	}
+	var snaps []map[string]any
+	a.OK("GET", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot", nil, &snaps)
+	if len(snaps) != 2 || snaps[0]["name"] != "before-upgrade" || snaps[0]["description"] != "pre" || snaps[1]["name"] != "current" || snaps[1]["parent"] != "before-upgrade" {
+		t.Fatalf("snapshots %v", snaps)
+	}
+	if ans := a.Do("POST", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot", url.Values{"snapname": {"before-upgrade"}}); ans.Code != 500 || !strings.Contains(ans.Message, "already used") {
+		t.Fatalf("duplicate snapshot: %s", ans.Status)
+	}
+	if ans := a.Do("POST", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot", url.Values{"snapname": {"with_ram"}, "vmstate": {"1"}}); ans.Code != 500 || !strings.Contains(ans.Status, "RAM state is not supported") {
+		t.Fatalf("vmstate: %s", ans.Status)
+	}
+	// Rolling back a running VM stops it first, as PVE does, and restores
+	// the snapshot's config.
+	vmPath := "/nodes/kv-node-2-lab-internal/qemu/" + dst
+	a.OK("PUT", vmPath+"/config", url.Values{"memory": {"3072"}}, nil)
+	a.OK("POST", vmPath+"/status/start", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("start: %s", exit)
+	}
+	a.OK("POST", vmPath+"/snapshot/before-upgrade/rollback", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("rollback: %s", exit)
+	}
+	var after map[string]any
+	a.OK("GET", vmPath+"/config", nil, &after)
+	if st := a.Status("kv-node-2-lab-internal", dst); st["status"] != "stopped" || after["memory"] != cfg["memory"] {
+		t.Fatalf("after rollback of a running VM: status %v, memory %v (snapshot had %v)\n%v\n%v", st["status"], after["memory"], cfg["memory"], after, cfg)
+	}
+	a.OK("DELETE", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot/before-upgrade", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("delete snapshot: %s", exit)
+	}
+	snaps = nil
+	a.OK("GET", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/snapshot", nil, &snaps)
+	if len(snaps) != 1 {
+		t.Fatalf("after delete: %v", snaps)
+	}
+	for _, id := range []string{dst, src} {
+		n := node
+		if id == dst {
+			n = "kv-node-2-lab-internal"
+		}
+		a.OK("DELETE", "/nodes/"+n+"/qemu/"+id, nil, &upid)
+		a.WaitTask(upid)
+	}
+}

@@ -1,0 +1,253 @@
+package api_test
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+)
+
+// newMigrateVM creates a VM on node (a local-lvm disk when disk is set)
+// and returns its vmid.
+func newMigrateVM(t *testing.T, a *testcaddy.PVE, node, name string, disk bool) string {
+	t.Helper()
+	var id, upid string
+	a.OK("GET", "/cluster/nextid", nil, &id)
+	form := url.Values{"vmid": {id}, "name": {name}, "memory": {"512"}, "net0": {"virtio,bridge=vmbr0"}}
+	if disk {
+		form.Set("scsi0", "local-lvm:1")
+	}
+	a.OK("POST", "/nodes/"+node+"/qemu", form, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create %s: %s", name, exit)
+	}
+	return id
+}
+
+func nodeNames(t *testing.T, a *testcaddy.PVE) []string {
+	t.Helper()
+	var nodes []map[string]any
+	a.OK("GET", "/nodes", nil, &nodes)
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n["node"].(string))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func taskLog(t *testing.T, a *testcaddy.PVE, node, upid string) string {
+	t.Helper()
+	var lines []map[string]any
+	a.OK("GET", "/nodes/"+node+"/tasks/"+upid+"/log", nil, &lines)
+	var out []string
+	for _, l := range lines {
+		out = append(out, fmt.Sprint(l["t"]))
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestMigrateStoppedVMMovesItsNode(t *testing.T) {
+	a := shared(t)
+	nodes := nodeNames(t, a)
+	src, dst := nodes[0], nodes[2]
+	id := newMigrateVM(t, a, src, "migrate-offline", true)
+
+	var pre map[string]any
+	a.OK("GET", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}}, &pre)
+	if pre["running"] != float64(0) || fmt.Sprint(pre["allowed_nodes"]) != fmt.Sprint([]any{nodes[1], nodes[2]}) ||
+		fmt.Sprint(pre["not_allowed_nodes"]) != "map[]" || fmt.Sprint(pre["local_resources"]) != "[]" {
+		t.Fatalf("precondition %v", pre)
+	}
+	disks, _ := pre["local_disks"].([]any)
+	if len(disks) != 1 {
+		t.Fatalf("local disks %v", pre["local_disks"])
+	}
+	if d := disks[0].(map[string]any); d["volid"] != "local-lvm:vm-"+id+"-disk-0" || d["size"] != float64(1<<30) ||
+		d["drivename"] != "scsi0" || d["is_attached"] != float64(1) || d["cdrom"] != float64(0) {
+		t.Fatalf("local disk %v", d)
+	}
+
+	// online=1 on a stopped VM is an offline migration, as on PVE.
+	var upid string
+	a.OK("POST", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}, "online": {"1"}, "with-local-disks": {"1"}}, &upid)
+	if !strings.HasPrefix(upid, "UPID:"+src+":") || !strings.Contains(upid, ":qmigrate:"+id+":root@pam!ci:") {
+		t.Fatalf("UPID %q", upid)
+	}
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("migrate task: %s", exit)
+	}
+	if log := taskLog(t, a, src, upid); !strings.Contains(log, "starting migration of VM "+id+" to node '"+dst+"' (192.0.2.13)") ||
+		!strings.Contains(log, "migration finished successfully") || !strings.HasSuffix(log, "TASK OK") {
+		t.Fatalf("task log:\n%s", log)
+	}
+	if got := nodeOf(t, a, id); got != dst {
+		t.Fatalf("/cluster/resources shows VM %s on %s, want %s", id, got, dst)
+	}
+	if st := a.Status(dst, id); st["status"] != "stopped" || st["name"] != "migrate-offline" {
+		t.Fatalf("status on the target %v", st)
+	}
+	if gone := a.Do("GET", "/nodes/"+src+"/qemu/"+id+"/status/current", nil); gone.Code != 500 ||
+		!strings.Contains(gone.Message, fmt.Sprintf("Configuration file 'nodes/%s/qemu-server/%s.conf' does not exist", src, id)) {
+		t.Fatalf("old path: %s", gone.Status)
+	}
+	var rows []map[string]any
+	a.OK("GET", "/nodes/"+dst+"/qemu", nil, &rows)
+	found := false
+	for _, r := range rows {
+		found = found || fmt.Sprintf("%.0f", r["vmid"]) == id
+	}
+	if !found {
+		t.Fatalf("VM %s not listed on %s", id, dst)
+	}
+	// It starts and stops under its new node.
+	a.OK("POST", "/nodes/"+dst+"/qemu/"+id+"/status/start", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" || !strings.HasPrefix(upid, "UPID:"+dst+":") {
+		t.Fatalf("start on the target: %s %s", upid, exit)
+	}
+	a.OK("POST", "/nodes/"+dst+"/qemu/"+id+"/status/stop", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("stop: %s", exit)
+	}
+}
+
+func TestMigrateRunningVMLive(t *testing.T) {
+	a := shared(t)
+	nodes := nodeNames(t, a)
+	src := nodes[1]
+	id := newMigrateVM(t, a, src, "migrate-live", true)
+	var upid string
+	a.OK("POST", "/nodes/"+src+"/qemu/"+id+"/status/start", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("start: %s", exit)
+	}
+	dst := nodes[0]
+	var pre map[string]any
+	a.OK("GET", "/nodes/"+src+"/qemu/"+id+"/migrate", nil, &pre)
+	if pre["running"] != float64(1) {
+		t.Fatalf("precondition of a running VM: %v", pre)
+	}
+
+	ans := a.Do("POST", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}})
+	if ans.Code != 500 || ans.Status != "500 can't migrate running VM without --online" {
+		t.Fatalf("without online: %s", ans.Status)
+	}
+	// PVE asks for with-local-disks before it live-migrates a local disk.
+	a.OK("POST", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}, "online": {"1"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "migration aborted: can't migrate VM - check log" ||
+		!strings.Contains(taskLog(t, a, src, upid), "can't live migrate attached local disks without with-local-disks option") {
+		t.Fatalf("without with-local-disks: %q\n%s", exit, taskLog(t, a, src, upid))
+	}
+
+	// Telmate's call.
+	a.OK("POST", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}, "online": {"1"}, "with-local-disks": {"1"}}, &upid)
+	if !strings.Contains(upid, ":qmigrate:"+id+":") {
+		t.Fatalf("UPID %q", upid)
+	}
+	// The migrate lock holds from the request on, as PVE's does.
+	if again := a.Do("POST", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {nodes[2]}, "online": {"1"}}); again.Code != 500 || again.Status != "500 VM is locked (migrate)" {
+		t.Fatalf("a second migrate at once: %s", again.Status)
+	}
+	// While KubeVirt migrates, the VM runs under its old node, locked.
+	sawLock := false
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var ts map[string]any
+		a.OK("GET", "/nodes/"+src+"/tasks/"+upid+"/status", nil, &ts)
+		if ts["status"] == "stopped" {
+			break
+		}
+		if st := a.Do("GET", "/nodes/"+src+"/qemu/"+id+"/status/current", nil); st.Code == 200 && strings.Contains(string(st.Data), `"lock":"migrate"`) {
+			sawLock = true
+			if again := a.Do("POST", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}, "online": {"1"}}); again.Code != 500 || !strings.HasPrefix(again.Message, "VM is locked (migrate)") {
+				t.Fatalf("second migrate during the first: %s", again.Status)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("live migration: %s\n%s", exit, taskLog(t, a, src, upid))
+	}
+	if !sawLock {
+		t.Errorf("the VM never showed lock migrate during the migration")
+	}
+	if log := taskLog(t, a, src, upid); !strings.Contains(log, "live migration default/pve-migrate-"+id+"-") || !strings.Contains(log, "migration finished successfully") {
+		t.Fatalf("task log:\n%s", log)
+	}
+	if got := nodeOf(t, a, id); got != dst {
+		t.Fatalf("/cluster/resources shows VM %s on %s, want %s", id, got, dst)
+	}
+	st := a.Status(dst, id)
+	if st["status"] != "running" || st["qmpstatus"] != "running" {
+		t.Fatalf("after the live migration: %v", st)
+	}
+	if _, locked := st["lock"]; locked {
+		t.Fatalf("still locked: %v", st)
+	}
+	a.OK("POST", "/nodes/"+dst+"/qemu/"+id+"/status/stop", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("stop: %s", exit)
+	}
+}
+
+func TestMigrateRefusals(t *testing.T) {
+	a := shared(t)
+	nodes := nodeNames(t, a)
+	src := nodes[0]
+	id := newMigrateVM(t, a, src, "migrate-refused", true)
+	path := "/nodes/" + src + "/qemu/" + id + "/migrate"
+	for _, tc := range []struct {
+		name    string
+		form    url.Values
+		code    int
+		message string
+		field   string
+	}{
+		{"target missing", url.Values{}, 400, "", "target"},
+		{"target is local", url.Values{"target": {src}}, 400, "target is local node.", "target"},
+		{"unknown target", url.Values{"target": {"nope"}}, 500, "no such cluster node 'nope'", ""},
+		{"bad target", url.Values{"target": {"a_b"}}, 400, "", "target"},
+		{"unknown parameter", url.Values{"target": {nodes[1]}, "speed": {"1"}}, 400, "", "speed"},
+		{"bad boolean", url.Values{"target": {nodes[1]}, "online": {"maybe"}}, 400, "", "online"},
+		{"bad migration_type", url.Values{"target": {nodes[1]}, "migration_type": {"fast"}}, 400, "", "migration_type"},
+		{"bad network", url.Values{"target": {nodes[1]}, "migration_network": {"10.0.0.0"}}, 400, "", "migration_network"},
+		{"negative bwlimit", url.Values{"target": {nodes[1]}, "bwlimit": {"-1"}}, 400, "", "bwlimit"},
+		{"bad storage map", url.Values{"target": {nodes[1]}, "targetstorage": {"1,local-lvm"}}, 400, "", "targetstorage"},
+		{"force needs root@pam, not its token", url.Values{"target": {nodes[1]}, "force": {"1"}}, 400, "Only root may use this option.", "force"},
+		{"migration_network needs root@pam", url.Values{"target": {nodes[1]}, "migration_network": {"10.0.0.0/24"}}, 400, "Only root may use this option.", "migration_network"},
+		{"another storage", url.Values{"target": {nodes[1]}, "targetstorage": {"ceph-rbd"}}, 500, "can't migrate 'local-lvm:vm-" + id + "-disk-0' to storage 'ceph-rbd'", ""},
+		{"missing storage", url.Values{"target": {nodes[1]}, "targetstorage": {"local-lvm:nfs"}}, 500, "storage 'nfs' does not exist", ""},
+	} {
+		ans := a.Do("POST", path, tc.form)
+		if ans.Code != tc.code || (tc.message != "" && !strings.Contains(ans.Message+ans.Errors[tc.field], tc.message)) ||
+			(tc.field != "" && ans.Errors[tc.field] == "") {
+			t.Errorf("%s: %s %q %v", tc.name, ans.Status, ans.Message, ans.Errors)
+		}
+	}
+	if got := nodeOf(t, a, id); got != src {
+		t.Fatalf("a refused migration moved VM %s to %s", id, got)
+	}
+	// Mapping each storage to itself is fine.
+	var upid string
+	a.OK("POST", path, url.Values{"target": {nodes[1]}, "targetstorage": {"local-lvm:local-lvm"}, "bwlimit": {"1000"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" || !strings.Contains(taskLog(t, a, src, upid), "bwlimit 1000 KiB/s ignored") {
+		t.Fatalf("identity storage map: %s", exit)
+	}
+	if gone := a.Do("GET", path, nil); gone.Code != 500 || !strings.Contains(gone.Message, "does not exist") {
+		t.Fatalf("precondition on the old node: %s", gone.Status)
+	}
+}
+
+func TestMigrateNeedsVMMigrate(t *testing.T) {
+	admin := asIdentity(t, "admin@pve")
+	node := nodeOf(t, admin, "100")
+	a := asIdentity(t, "auditor@pve")
+	denied(t, a, "POST", "/nodes/"+node+"/qemu/100/migrate", url.Values{"target": {"elsewhere"}}, "Permission check failed (/vms/100, VM.Migrate)")
+	denied(t, a, "GET", "/nodes/"+node+"/qemu/100/migrate", nil, "Permission check failed (/vms/100, VM.Migrate)")
+	v := asIdentity(t, "vmuser@pve")
+	denied(t, v, "POST", "/nodes/"+nodeOf(t, admin, "101")+"/qemu/101/migrate", url.Values{"target": {"elsewhere"}}, "Permission check failed (/vms/101, VM.Migrate)")
+}

@@ -1,0 +1,384 @@
+package wake
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-proxmox/caddy-proxmox/lxc"
+)
+
+func init() {
+	caddy.RegisterModule(WakeHandler{})
+}
+
+// WakeHandler (proxmox_wake) wakes a stopped Proxmox VE guest when a
+// request arrives, and passes requests on (to reverse_proxy with
+// "dynamic proxmox") once it is ready. Browsers navigating get a loading
+// page with live progress at once; every other request is held until the
+// guest is ready, for at most hold_timeout, then answered 503 (or 504)
+// with Retry-After. The guest is stopped once no request has been in
+// flight (websockets and streams included) for idle_timeout.
+type WakeHandler struct {
+	// Guest is "<cluster>/<vmid>" or "<cluster>/<name>".
+	Guest string `json:"guest"`
+	// IdleTimeout before an idle guest is stopped (15m); 0 never stops.
+	IdleTimeout *caddy.Duration `json:"idle_timeout,omitempty"`
+	// WakeTimeout bounds a wake from start to ready (2m).
+	WakeTimeout caddy.Duration `json:"wake_timeout,omitempty"`
+	// HoldTimeout bounds how long one request is held (60s, and never
+	// much longer than wake_timeout).
+	HoldTimeout caddy.Duration `json:"hold_timeout,omitempty"`
+	// StopMethod is shutdown (graceful, forced after stop_timeout), stop
+	// or suspend.
+	StopMethod string `json:"stop_method,omitempty"`
+	// StopTimeout is the graceful shutdown time before forcing (1m).
+	StopTimeout caddy.Duration `json:"stop_timeout,omitempty"`
+	// Address is the guest's host when it cannot be discovered
+	// (discovery: LXC config MAC matched on /interfaces, QEMU guest agent).
+	Address string `json:"address,omitempty"`
+	// Port is the service port probed and proxied to (80).
+	Port int `json:"port,omitempty"`
+	// Probe is tcp (default), http or none.
+	Probe string `json:"probe,omitempty"`
+	// ProbePath is the path of the http probe, which expects a 2xx or 3xx.
+	ProbePath string `json:"probe_path,omitempty"`
+	// ProbeInterval is the period of readiness probes (100ms).
+	ProbeInterval caddy.Duration `json:"probe_interval,omitempty"`
+	// ReadyAfter is a settle delay after the probe first passes.
+	ReadyAfter caddy.Duration `json:"ready_after,omitempty"`
+	// RetryBackoff is the wait after a failed wake (10s, doubling up to
+	// MaxBackoff); meanwhile requests get 503 with the reason.
+	RetryBackoff caddy.Duration `json:"retry_backoff,omitempty"`
+	// MaxBackoff caps the doubled RetryBackoff (5m).
+	MaxBackoff caddy.Duration `json:"max_backoff,omitempty"`
+	// TaskPollInterval is the period of task and status checks (200ms).
+	TaskPollInterval caddy.Duration `json:"task_poll_interval,omitempty"`
+	// MaxPending caps held requests for this guest; beyond it, 503
+	// (0: no cap).
+	MaxPending int `json:"max_pending,omitempty"`
+	// Mode is auto (browsers get the loading page, others are held),
+	// page (everyone gets the page) or hold (nobody does).
+	Mode string `json:"mode,omitempty"`
+	// KeepWarm windows ("Mon-Fri 08:00-18:00") keep the guest from
+	// idling out.
+	KeepWarm []string `json:"keep_warm,omitempty"`
+	// DependsOn are guests of the same cluster woken first (in parallel)
+	// and kept up while this one is.
+	DependsOn []string `json:"depends_on,omitempty"`
+	// LeaveExternal never stops a guest someone else started.
+	LeaveExternal bool `json:"leave_external,omitempty"`
+	// IgnoreRaw are matcher sets for requests that neither wake the
+	// guest nor count as activity (health checks, bots): they are passed
+	// on when the guest is ready, else answered 503.
+	IgnoreRaw caddyhttp.RawMatcherSets `json:"ignore,omitempty" caddy:"namespace=http.matchers"`
+	// EventsPath is the reserved path of the progress stream
+	// (/.well-known/proxmox-wake/events).
+	EventsPath string `json:"events_path,omitempty"`
+	// ShowDetails puts node names, addresses and the cluster's error text
+	// on the loading page, the progress stream and the held requests'
+	// answers. Off, visitors read what failed in general words and the
+	// details go to the log and the admin API only.
+	ShowDetails bool `json:"show_details,omitempty"`
+
+	// namedIgnores wait for FinalizeUnmarshalCaddyfile (Caddyfile only).
+	namedIgnores []namedIgnore
+	ignore       caddyhttp.MatcherSets
+	binding      *lxc.Binding
+	guest        *lxc.Guest
+	hold         time.Duration
+	// port is Port with its default: the guest's Upstream(0) would give
+	// the port of whichever handler of the guest was provisioned last.
+	port   int
+	logger *zap.Logger
+}
+
+// Response header marking how a request met the guest: "cold" when it
+// waited for a wake, "loading" on the loading page.
+const wakeHeader = "X-Proxmox-Wake"
+
+// Context variables for the proxmox dynamic upstreams.
+const (
+	wakeVarGuest    = "proxmox.guest"
+	wakeVarUpstream = "proxmox.upstream"
+)
+
+const defaultEventsPath = "/.well-known/proxmox-wake/events"
+
+// CaddyModule returns the Caddy module information.
+func (WakeHandler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.proxmox_wake",
+		New: func() caddy.Module { return new(WakeHandler) },
+	}
+}
+
+// config is the handler's guest config with defaults.
+func (h *WakeHandler) config() (lxc.GuestConfig, error) {
+	cfg := lxc.GuestConfig{
+		IdleTimeout:      lxc.DefaultIdleTimeout,
+		WakeTimeout:      time.Duration(h.WakeTimeout),
+		StopMethod:       h.StopMethod,
+		StopTimeout:      time.Duration(h.StopTimeout),
+		Address:          h.Address,
+		Port:             h.Port,
+		Probe:            h.Probe,
+		ProbePath:        h.ProbePath,
+		ProbeInterval:    time.Duration(h.ProbeInterval),
+		ReadyAfter:       time.Duration(h.ReadyAfter),
+		RetryBackoff:     time.Duration(h.RetryBackoff),
+		MaxBackoff:       time.Duration(h.MaxBackoff),
+		TaskPollInterval: time.Duration(h.TaskPollInterval),
+		DependsOn:        h.DependsOn,
+		LeaveExternal:    h.LeaveExternal,
+	}
+	if h.IdleTimeout != nil {
+		cfg.IdleTimeout = time.Duration(*h.IdleTimeout)
+	}
+	for _, s := range h.KeepWarm {
+		w, err := lxc.ParseWindow(s)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.KeepWarm = append(cfg.KeepWarm, w)
+	}
+	cfg = cfg.WithDefaults()
+	return cfg, cfg.Validate()
+}
+
+// Provision binds the handler to its guest's shared runtime. It contacts
+// nothing and never starts or stops the guest.
+func (h *WakeHandler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	cfg, _ := h.config()
+	h.port = cfg.Port
+	h.hold = time.Duration(h.HoldTimeout)
+	if h.hold == 0 {
+		h.hold = time.Minute
+	}
+	// A wake ends by wake_timeout; the margin lets a held request get the
+	// wake's own verdict (504) rather than a hold timeout at that moment.
+	h.hold = min(h.hold, cfg.WakeTimeout+500*time.Millisecond)
+	if h.EventsPath == "" {
+		h.EventsPath = defaultEventsPath
+	}
+	if h.IgnoreRaw != nil {
+		mods, err := ctx.LoadModule(h, "IgnoreRaw")
+		if err != nil {
+			return fmt.Errorf("proxmox_wake: loading ignore matchers: %w", err)
+		}
+		if err := h.ignore.FromInterface(mods); err != nil {
+			return fmt.Errorf("proxmox_wake: ignore matchers: %w", err)
+		}
+	}
+	cluster, ref, _ := splitGuest(h.Guest)
+	appIface, err := ctx.AppIfConfigured("proxmox")
+	if err != nil {
+		if errors.Is(err, caddy.ErrNotConfigured) {
+			return fmt.Errorf("proxmox_wake %s: no proxmox global option: add proxmox { cluster %s { ... } }", h.Guest, cluster)
+		}
+		return fmt.Errorf("proxmox_wake: %w", err)
+	}
+	c, err := appIface.(*ProxmoxApp).Cluster(cluster)
+	if err != nil {
+		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
+	}
+	b, err := lxc.AcquireGuest(c, ref, cfg, h.logger)
+	if err != nil {
+		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
+	}
+	h.binding, h.guest = b, b.Guest()
+	return nil
+}
+
+// Validate checks the configuration; it changes nothing.
+func (h *WakeHandler) Validate() error {
+	if _, _, err := splitGuest(h.Guest); err != nil {
+		return fmt.Errorf("proxmox_wake: %w", err)
+	}
+	switch h.Mode {
+	case "", "auto", "page", "hold":
+	default:
+		return fmt.Errorf("proxmox_wake: mode %q must be auto, page or hold", h.Mode)
+	}
+	if h.MaxPending < 0 || h.HoldTimeout < 0 {
+		return errors.New("proxmox_wake: max_pending and hold_timeout must not be negative")
+	}
+	if h.EventsPath != "" && !strings.HasPrefix(h.EventsPath, "/") {
+		return fmt.Errorf("proxmox_wake: events_path %q must start with /", h.EventsPath)
+	}
+	if _, err := h.config(); err != nil {
+		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
+	}
+	return nil
+}
+
+// splitGuest splits a guest reference "<cluster>/<vmid|name>".
+func splitGuest(guest string) (cluster, ref string, err error) {
+	cluster, ref, ok := strings.Cut(guest, "/")
+	if !ok || cluster == "" {
+		return "", "", fmt.Errorf("guest %q must be <cluster>/<vmid> or <cluster>/<name>", guest)
+	}
+	if err := lxc.ValidateRef(ref); err != nil {
+		return "", "", err
+	}
+	return cluster, ref, nil
+}
+
+// Cleanup releases this config's binding of the guest. The guest runtime
+// (timers, state, a wake in progress) lives on if the next config uses it.
+func (h *WakeHandler) Cleanup() error {
+	if h.binding != nil {
+		return h.binding.Release()
+	}
+	return nil
+}
+
+// ServeHTTP wakes the guest if needed and passes the request on.
+func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	g := h.guest
+	if len(h.ignore) > 0 {
+		match, err := h.ignore.AnyMatchWithError(r)
+		if err != nil {
+			return caddyhttp.Error(http.StatusInternalServerError, err)
+		}
+		if match {
+			// Neither wakes nor extends: no Begin, no Wake.
+			if up, ok := g.Upstream(h.port); ok {
+				h.setUpstream(r, up, false)
+				return next.ServeHTTP(w, r)
+			}
+			return h.unavailable(w, r, http.StatusServiceUnavailable, 5*time.Second, "The service is asleep.")
+		}
+	}
+	if r.URL.Path == h.EventsPath {
+		return h.serveEvents(w, r)
+	}
+	end := g.Begin(isStream(r))
+	defer end()
+	if up, ok := g.Upstream(h.port); ok {
+		h.setUpstream(r, up, false)
+		return next.ServeHTTP(w, r)
+	}
+	op := g.Wake(r.Method + " " + r.URL.Path)
+	if h.Mode == "page" || (h.Mode != "hold" && isNavigation(r)) {
+		select {
+		case <-op.Done():
+			if op.Err() == nil {
+				return h.proxyCold(w, r, next)
+			}
+		default:
+		}
+		return h.servePage(w, r, op)
+	}
+
+	release, ok := g.Hold(h.MaxPending)
+	if !ok {
+		return h.unavailable(w, r, http.StatusServiceUnavailable, 2*time.Second, "Too many requests are waiting for the service to start.")
+	}
+	defer release()
+	timer := time.NewTimer(h.hold)
+	defer timer.Stop()
+	select {
+	case <-op.Done():
+	case <-timer.C:
+		return h.unavailable(w, r, http.StatusServiceUnavailable, 5*time.Second, "The service is starting; it was not ready in time. Try again shortly.")
+	case <-r.Context().Done():
+		// The client left; the wake goes on without it.
+		return nil
+	}
+	if err := op.Err(); err != nil {
+		return h.wakeFailed(w, r, err)
+	}
+	return h.proxyCold(w, r, next)
+}
+
+// proxyCold passes on a request that waited for a wake.
+func (h *WakeHandler) proxyCold(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	up, ok := h.guest.Upstream(h.port)
+	if !ok {
+		// Stopped again in the meantime (e.g. by the admin API).
+		return h.unavailable(w, r, http.StatusServiceUnavailable, 2*time.Second, "The service went to sleep again. Try again.")
+	}
+	h.setUpstream(r, up, true)
+	w.Header().Set(wakeHeader, "cold")
+	return next.ServeHTTP(w, r)
+}
+
+// setUpstream hands the guest to the proxmox dynamic upstreams and sets
+// placeholders: {http.vars.proxmox.upstream}, {proxmox.upstream},
+// {proxmox.cold_start}.
+func (h *WakeHandler) setUpstream(r *http.Request, up string, cold bool) {
+	caddyhttp.SetVar(r.Context(), wakeVarGuest, h.guest)
+	caddyhttp.SetVar(r.Context(), wakeVarUpstream, up)
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Set("proxmox.upstream", up)
+		repl.Set("proxmox.cold_start", cold)
+	}
+}
+
+// wakeFailed answers a failed wake: 504 when wake_timeout expired, else
+// 503, both with Retry-After set to the back-off.
+func (h *WakeHandler) wakeFailed(w http.ResponseWriter, r *http.Request, err error) error {
+	code, retry := http.StatusServiceUnavailable, 10*time.Second
+	var we *lxc.WakeError
+	if errors.As(err, &we) {
+		if we.Timeout {
+			code = http.StatusGatewayTimeout
+		}
+		if we.RetryAfter > 0 {
+			retry = we.RetryAfter
+		}
+	}
+	return h.unavailable(w, r, code, retry, h.failureText(err))
+}
+
+// failureText is what a visitor reads about a failed wake.
+func (h *WakeHandler) failureText(err error) string {
+	if h.ShowDetails {
+		return "The service could not be started: " + err.Error()
+	}
+	var we *lxc.WakeError
+	if errors.As(err, &we) {
+		return we.PublicMessage()
+	}
+	return "The service could not be started."
+}
+
+// isNavigation reports whether a browser is loading a page: GET or HEAD,
+// not an upgrade, and Sec-Fetch-Mode navigate or HTML accepted.
+func isNavigation(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	if r.Header.Get("Upgrade") != "" {
+		return false
+	}
+	if mode := r.Header.Get("Sec-Fetch-Mode"); mode != "" {
+		return mode == "navigate"
+	}
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+// isStream reports whether a request opens a long-lived exchange
+// (websocket, SSE), for the admin API's stream count.
+func isStream(r *http.Request) bool {
+	return r.Header.Get("Upgrade") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*WakeHandler)(nil)
+	_ caddy.Validator             = (*WakeHandler)(nil)
+	_ caddy.CleanerUpper          = (*WakeHandler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*WakeHandler)(nil)
+)
