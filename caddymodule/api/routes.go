@@ -55,6 +55,7 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 		path = "" // paths arrive cleaned: the root is "/api2/json" exactly
 	}
 	open := len(noAuth) > 0 && noAuth[0]
+	wildcards := pathWildcards(path)
 	mux.HandleFunc(method+" /api2/json"+path, func(w http.ResponseWriter, r *http.Request) {
 		// Every call is bounded: a hung apiserver makes a 503, never a
 		// request that hangs with it.
@@ -65,6 +66,9 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 			r = r.WithContext(ctx)
 		}
 		p, perr := parseParams(r)
+		if perr == nil {
+			perr = p.fromPath(r, wildcards)
+		}
 		if perr != nil {
 			writeError(w, r, perr)
 			return
