@@ -23,6 +23,8 @@ type apiError struct {
 	// kubeDenied marks a 403 of Kubernetes itself (not of this API's own
 	// checks), which the router words as PVE does.
 	kubeDenied bool
+	// authFailed marks a failed login, answered after pveproxy's delay.
+	authFailed bool
 }
 
 func (e *apiError) Error() string { return e.Message }

@@ -155,7 +155,7 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	if e != nil {
 		return g, e
 	}
-	return g, destroyVolumes(q, g, destroy)
+	return g, h.destroyVolumes(q, g, destroy)
 }
 
 // mayDestroy refuses a change that would delete volumes another VM uses,
@@ -194,10 +194,10 @@ func mayDestroy(q *request, g kube.Guest, names []string) *apiError {
 }
 
 // destroyVolumes deletes the volumes a written config change freed.
-func destroyVolumes(q *request, g kube.Guest, names []string) *apiError {
+func (h *APIHandler) destroyVolumes(q *request, g kube.Guest, names []string) *apiError {
 	for _, n := range names {
 		if err := q.c.DeleteVolume(q.ctx(), g.Namespace(), n); err != nil {
-			q.h.logger.Warn("volume freed by a config change not deleted", zap.String("namespace", g.Namespace()), zap.String("volume", n), zap.Error(err))
+			h.logger.Warn("volume freed by a config change not deleted", zap.String("namespace", g.Namespace()), zap.String("volume", n), zap.Error(err))
 			e := kubeError(err)
 			e.Message = fmt.Sprintf("VM %d updated, but deleting volume '%s' failed: %s", g.VMID, n, e.Message)
 			return e
