@@ -301,12 +301,8 @@ func vmNeeds(privs ...string) needFunc {
 
 // pathGuest is the VM the path's {vmid} names, if it exists.
 func pathGuest(q *request) (kube.Guest, bool) {
-	id, err := translate.ParseVMID(q.r.PathValue("vmid"))
-	if err != nil {
-		return kube.Guest{}, false
-	}
-	g, err := q.c.Guest(id)
-	return g, err == nil
+	v := q.pathVM()
+	return v.g, v.idErr == nil && v.err == nil
 }
 
 func nodeNeeds(privs ...string) needFunc {

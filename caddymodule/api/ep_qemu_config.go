@@ -368,7 +368,7 @@ func (h *APIHandler) postQemuConfig(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return h.begin(q, g, translate.TaskConfig, kube.GoalNone, 0, fmt.Sprintf("update VM %d: %s", g.VMID, paramSummary(q.p)), nil)
+	return h.begin(q, g, guestTask{typ: translate.TaskConfig, goal: kube.GoalNone, log: fmt.Sprintf("update VM %d: %s", g.VMID, paramSummary(q.p))})
 }
 
 // paramSummary lists the keys a config call touched, without values (they
@@ -433,13 +433,13 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	}
 	c := q.c
 	line := fmt.Sprintf("resize disk %s of VM %d from %s to %s", disk, g.VMID, translate.FormatSize(cur), translate.FormatSize(newSize))
-	return h.begin(q, g, translate.TaskResize, kube.GoalNone, 0, line, func(ctx context.Context) error {
+	return h.begin(q, g, guestTask{typ: translate.TaskResize, goal: kube.GoalNone, log: line, act: func(ctx context.Context) error {
 		err := c.ResizePVC(ctx, g.Namespace(), claim, newSize)
 		if kube.IsNotFound(err) {
 			return nil // not provisioned yet: the DataVolume is created at the new size
 		}
 		return err
-	})
+	}})
 }
 
 // postQemuTemplate turns a stopped VM into a template: labelled, Halted,
@@ -466,5 +466,5 @@ func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return h.begin(q, g, translate.TaskTemplate, kube.GoalNone, time.Minute, fmt.Sprintf("convert VM %d to a template", g.VMID), nil)
+	return h.begin(q, g, guestTask{typ: translate.TaskTemplate, goal: kube.GoalNone, timeout: time.Minute, log: fmt.Sprintf("convert VM %d to a template", g.VMID)})
 }

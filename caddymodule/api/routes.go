@@ -25,9 +25,34 @@ type request struct {
 	// reviewed are the accesses already asked of the apiserver for this
 	// request.
 	reviewed map[kube.Access]bool
+	// vm is the path's {vmid}, once resolved (see pathVM).
+	vm *pathVM
 }
 
 func (q *request) ctx() context.Context { return q.r.Context() }
+
+// pathVM is the VM a path's {vmid} names.
+type pathVM struct {
+	id    int
+	idErr error // {vmid} is not a vmid
+	g     kube.Guest
+	err   error // no such VM (kube.ErrNotFound), or an ambiguous vmid
+}
+
+// pathVM resolves the path's {vmid} once per request, so that the
+// permission check and the endpoint act on the same VM and pay for one
+// lookup.
+func (q *request) pathVM() *pathVM {
+	if q.vm == nil {
+		v := &pathVM{}
+		v.id, v.idErr = translate.ParseVMID(q.r.PathValue("vmid"))
+		if v.idErr == nil {
+			v.g, v.err = q.c.Guest(v.id)
+		}
+		q.vm = v
+	}
+	return q.vm
+}
 
 // result is an endpoint's answer: data plus optional top-level keys.
 type result struct {
