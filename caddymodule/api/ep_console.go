@@ -271,6 +271,9 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 		session.end("websocket upgrade failed: " + err.Error())
 		return nil, nil // the upgrader answered
 	}
+	// The upgrader wrote its 101 on the hijacked connection; Caddy's access
+	// log and metrics learn it only from WriteHeader.
+	q.w.WriteHeader(http.StatusSwitchingProtocols)
 	h.logger.Info("console session started", zap.String("user", user), zap.String("vm", g.Namespace()+"/"+g.Name()), zap.String("kind", kind))
 	browser := wsstream.New(conn)
 	if kind == kube.ConsoleVNC {

@@ -36,15 +36,19 @@ type answer struct {
 	wantReason   string // the reason phrase PVE clients show
 }
 
-// TestCaddyRecordsEveryStatus: Caddy's access log and HTTP metrics record
-// the real status of every API answer (errors are written on a hijacked
-// connection to carry PVE's reason phrase), and the client still reads
-// that phrase.
-func TestCaddyRecordsEveryStatus(t *testing.T) {
+// site is the in-process Caddy of a test: the API on base, its access log
+// in accessLog, Caddy's metrics (of the server named api) at metrics.
+type site struct {
+	base, metrics, accessLog string
+}
+
+// start loads Caddy with the API, an access log and metrics; it stops when
+// the test ends.
+func start(t *testing.T) site {
+	t.Helper()
 	dir := t.TempDir()
 	accessLog := filepath.Join(dir, "access.log")
 	port, metricsPort := testcaddy.FreePort(t), testcaddy.FreePort(t)
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	testcaddy.Start(t, fmt.Sprintf(`{
 	admin off
 	storage file_system %[1]s
@@ -77,8 +81,22 @@ http://127.0.0.1:%[2]d {
 	}
 }
 `, dir, port, accessLog, adminToken, plainToken, tokenSecret, metricsPort))
-	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	testcaddy.WaitReady(t, metricsURL)
+	s := site{
+		base:      fmt.Sprintf("http://127.0.0.1:%d", port),
+		metrics:   fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
+		accessLog: accessLog,
+	}
+	testcaddy.WaitReady(t, s.metrics)
+	return s
+}
+
+// TestCaddyRecordsEveryStatus: Caddy's access log and HTTP metrics record
+// the real status of every API answer (errors are written on a hijacked
+// connection to carry PVE's reason phrase), and the client still reads
+// that phrase.
+func TestCaddyRecordsEveryStatus(t *testing.T) {
+	s := start(t)
+	base, metricsURL, accessLog := s.base, s.metrics, s.accessLog
 
 	answers := []answer{
 		{"GET", "/api2/json/version", adminToken, 200, "200 OK"},
@@ -233,7 +251,7 @@ func waitFor[T any](t *testing.T, what string, get func() (T, bool)) T {
 			return v
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 10s; last: %v", what, v)
+			t.Fatalf("waiting for %s: not within 10s; last: %v", what, v)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
