@@ -1,8 +1,6 @@
 package observed_test
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -20,25 +18,7 @@ import (
 func TestCaddyRecordsConsoleSessions(t *testing.T) {
 	s := start(t)
 	c := testcaddy.Client()
-	call := func(method, path string, form url.Values, into any) {
-		t.Helper()
-		req, err := http.NewRequest(method, s.base+"/api2/json"+path, strings.NewReader(form.Encode()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("Authorization", "PVEAPIToken="+adminToken+"="+tokenSecret)
-		res, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		var env struct{ Data json.RawMessage }
-		if res.StatusCode != 200 || json.Unmarshal(body, &env) != nil || json.Unmarshal(env.Data, into) != nil {
-			t.Fatalf("%s %s: %s %s", method, path, res.Status, body)
-		}
-	}
+	api := &testcaddy.PVE{T: t, Base: s.base, C: c, Auth: testcaddy.TokenAuth(adminToken, tokenSecret)}
 
 	// The simulator's VM 100 runs once its start delay has passed.
 	var vmNode string
@@ -48,7 +28,7 @@ func TestCaddyRecordsConsoleSessions(t *testing.T) {
 			Node   string `json:"node"`
 			Status string `json:"status"`
 		}
-		call("GET", "/cluster/resources?type=vm", nil, &rows)
+		api.OK("GET", "/cluster/resources", url.Values{"type": {"vm"}}, &rows)
 		for _, r := range rows {
 			if r.VMID == 100 {
 				vmNode = r.Node
@@ -62,7 +42,7 @@ func TestCaddyRecordsConsoleSessions(t *testing.T) {
 		Port   string `json:"port"`
 		Ticket string `json:"ticket"`
 	}
-	call("POST", vm+"/termproxy", nil, &proxy)
+	api.OK("POST", vm+"/termproxy", nil, &proxy)
 	wsPath := "/api2/json" + vm + "/vncwebsocket?" + url.Values{"port": {proxy.Port}, "vncticket": {proxy.Ticket}}.Encode()
 	hdr := http.Header{"Authorization": {"PVEAPIToken=" + adminToken + "=" + tokenSecret}}
 	d := websocket.Dialer{Subprotocols: []string{"binary"}, HandshakeTimeout: 10 * time.Second}
