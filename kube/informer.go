@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"reflect"
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,7 +133,26 @@ func (s *store) put(obj runtime.Object) {
 			return
 		}
 	}
+	// A watch event newer than this answer may have been stored already
+	// (a write answered while the controller updated the object): keep it,
+	// or the cache would show the older object until the next change.
+	if cur, ok, _ := inf.GetStore().Get(o); ok && olderThan(o, cur) {
+		return
+	}
 	_ = inf.GetStore().Update(o)
+}
+
+// olderThan tells whether a's resourceVersion is below b's; versions that
+// are not numbers (the apiserver's are etcd revisions) compare as unknown.
+func olderThan(a, b any) bool {
+	ma, ok1 := a.(metav1.Object)
+	mb, ok2 := b.(metav1.Object)
+	if !ok1 || !ok2 {
+		return false
+	}
+	ra, err1 := strconv.ParseUint(ma.GetResourceVersion(), 10, 64)
+	rb, err2 := strconv.ParseUint(mb.GetResourceVersion(), 10, 64)
+	return err1 == nil && err2 == nil && ra < rb
 }
 
 // cached returns the object ns/name of s as a *T, or nil; a nil store (an

@@ -233,11 +233,14 @@ func (p *drivePlan) mapDrive(k string) {
 // (or, for citype=configdrive2, ConfigDrive) volume reading the VM's
 // cloud-init Secret. A VM has one.
 func (p *drivePlan) cloudInitDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubevirtv1.Disk, *kubevirtv1.Volume, error) {
+	m := ciVolRE.FindStringSubmatch(d.file)
+	if p.req.StorageExists != nil && !p.req.StorageExists(m[1]) {
+		return kubevirtv1.Disk{}, nil, fmt.Errorf("storage '%s' does not exist", m[1])
+	}
 	if p.ciDrive != "" {
 		return kubevirtv1.Disk{}, nil, fmt.Errorf("only one cloud-init drive is allowed (already on %s)", p.ciDrive)
 	}
 	p.ciDrive = k
-	m := ciVolRE.FindStringSubmatch(d.file)
 	disk := kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: cdromBus(bus)}}}
 	d.file = m[1] + ":" + CloudInitSecretName(p.req.VMID)
 	d.set("media", "cdrom")

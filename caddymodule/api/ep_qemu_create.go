@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -76,6 +77,13 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 func (h *APIHandler) createGuest(q *request, vmid int, vm *kubevirtv1.VirtualMachine,
 	setup func(g kube.Guest, created *kubevirtv1.VirtualMachine) *apiError) (kube.Guest, *kubevirtv1.VirtualMachine, *apiError) {
 	created, err := q.c.CreateVM(q.ctx(), vm)
+	if fallback := "pve-" + strconv.Itoa(vmid); kube.IsAlreadyExists(err) && vm.Name != fallback {
+		// Another VM took the Kubernetes name since translate checked it
+		// (parallel clones of one source all derive the same name): take
+		// the name only this vmid makes, as translate does for a taken one.
+		vm.Name = fallback
+		created, err = q.c.CreateVM(q.ctx(), vm)
+	}
 	if err != nil {
 		return kube.Guest{}, nil, kubeError(err)
 	}

@@ -102,6 +102,7 @@ const requestTimeout = 20 * time.Second
 // serve answers one route: parameters, authentication, the cluster's
 // health, the caller's identity and privileges, then the endpoint.
 func (h *APIHandler) serve(rt route) http.HandlerFunc {
+	wildcards := pathWildcards(rt.path)
 	return func(w http.ResponseWriter, r *http.Request) {
 		// Every call is bounded: a hung apiserver makes a 503, never a
 		// request that hangs with it.
@@ -111,6 +112,9 @@ func (h *APIHandler) serve(rt route) http.HandlerFunc {
 			r = r.WithContext(ctx)
 		}
 		p, perr := parseParams(r)
+		if perr == nil {
+			perr = p.fromPath(r, wildcards)
+		}
 		if perr != nil {
 			writeError(w, r, perr)
 			return

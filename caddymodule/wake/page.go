@@ -37,7 +37,7 @@ h1{font-size:1.3rem;margin:0 0 1rem}
 </head>
 <body>
 <main id="main"{{if .Error}} class="err"{{end}}>
-<h1>{{if .Error}}{{.Name}} could not be started{{else}}Starting {{.Name}}…{{end}}</h1>
+<h1 id="title">{{if .Error}}{{.Name}} could not be started{{else}}Starting {{.Name}}…{{end}}</h1>
 <div class="bar"><div id="bar"></div></div>
 <p id="msg">{{.Message}}</p>
 <ul id="log"></ul>
@@ -45,7 +45,7 @@ h1{font-size:1.3rem;margin:0 0 1rem}
 </main>
 <script>
 (function(){
-  var bar=document.getElementById("bar"),msg=document.getElementById("msg"),log=document.getElementById("log"),main=document.getElementById("main");
+  var bar=document.getElementById("bar"),msg=document.getElementById("msg"),log=document.getElementById("log"),main=document.getElementById("main"),title=document.getElementById("title");
   var retry={{.Refresh}}*1000, done=false;
   function reload(ms){ if(done){return} done=true; setTimeout(function(){location.reload()},ms) }
   {{if .Error}}reload(retry);{{else}}
@@ -56,7 +56,7 @@ h1{font-size:1.3rem;margin:0 0 1rem}
     bar.style.width=e.progress+"%"; msg.textContent=e.message;
     var li=document.createElement("li"); li.textContent=new Date(e.time).toLocaleTimeString()+"  "+e.phase+": "+e.message; log.appendChild(li);
     if(e.phase==="ready"){ es.close(); reload(150) }
-    if(e.phase==="error"){ es.close(); main.className="err"; reload(Math.max(1000,(e.retry_after||5)*1000)) }
+    if(e.phase==="error"){ es.close(); main.className="err"; title.textContent={{.Name}}+" could not be started"; document.title="Could not start "+{{.Name}}; reload(Math.max(1000,(e.retry_after||5)*1000)) }
   });
   es.onerror=function(){ es.close(); reload(3000) };
   {{end}}
