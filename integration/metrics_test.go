@@ -33,7 +33,7 @@ func startMetricsSites(e *testenv.Env) (*metricsSites, error) {
 	api := kubevirtsim.NewMetrics(e.DirectKube, e.DirectKubeVirt).APIHandler()
 	var kubeconfigs [2]string
 	for i := range kubeconfigs {
-		p, err := e.NewProxy(nil, nil)
+		p, err := e.NewProxy()
 		if err != nil {
 			return nil, err
 		}

@@ -83,6 +83,10 @@ type Guest struct {
 	// warned remembers the one-time warnings given (LXC suspend, HA
 	// containers' hard stop).
 	warned map[string]bool
+	// warmTimer fires at the next keep_warm window opening.
+	warmTimer *time.Timer
+	// shared publishes activity to other Caddy instances.
+	shared shareState
 
 	prog progress
 }
@@ -240,6 +244,8 @@ func (g *Guest) Destruct() error {
 	if g.idleTimer != nil {
 		g.idleTimer.Stop()
 	}
+	g.stopWarm()
+	g.stopShare()
 	for _, b := range g.bindings {
 		b.c.unsubscribe(g)
 	}
@@ -309,6 +315,7 @@ func (g *Guest) Begin(stream bool) func() {
 		g.streams++
 	}
 	g.lastActivity = time.Now()
+	g.touchShareLocked()
 	g.mu.Unlock()
 	return func() {
 		g.mu.Lock()
@@ -317,6 +324,7 @@ func (g *Guest) Begin(stream bool) func() {
 			g.streams--
 		}
 		g.lastActivity = time.Now()
+		g.touchShareLocked()
 		if g.inflight == 0 {
 			g.armIdleLocked(0)
 		}

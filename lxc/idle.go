@@ -66,7 +66,7 @@ func (g *Guest) idleCheck() {
 		g.armIdleLocked(0)
 		g.mu.Unlock()
 		return
-	case inWindow(cfg.KeepWarm, now):
+	case cfg.inKeepWarm(now):
 		g.armIdleLocked(min(cfg.IdleTimeout, keepWarmRecheck))
 		g.mu.Unlock()
 		return
@@ -141,6 +141,14 @@ func (g *Guest) runStop(done chan struct{}, reason string) {
 	if b.c == nil || t.vmid == 0 {
 		out = stopOutcome{err: fmt.Errorf("guest %s has no known vmid", g.key)}
 	} else {
+		// Other Caddy instances sharing the storage: one of them may have
+		// served the guest, or be starting it.
+		release, wait := g.claimStop(ctx, b, t, reason)
+		if wait > 0 {
+			g.deferStopToPeer(done, wait)
+			return
+		}
+		defer release()
 		out = g.stopSteps(ctx, b.c, cfg, log)
 	}
 	g.finishStop(done, reason, cfg, out, log)

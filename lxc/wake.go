@@ -147,9 +147,14 @@ func (g *Guest) WaitReady(ctx context.Context) error {
 // runWake runs one wake to its end and publishes the outcome.
 func (g *Guest) runWake(op *WakeOp, b *Binding) {
 	cfg := b.cfg
+	// A powered-off node is woken first, within its own join_timeout.
+	nodeErr := g.nodeUp(b)
 	ctx, cancel := context.WithTimeout(g.ctx, cfg.WakeTimeout)
 	defer cancel()
-	deps, err := g.wakeSteps(ctx, b)
+	deps, err := []*Guest(nil), nodeErr
+	if err == nil {
+		deps, err = g.wakeSteps(ctx, b)
+	}
 	if err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		public := fmt.Sprintf("The service was not ready within %s.", cfg.WakeTimeout)
 		if f := (*failure)(nil); errors.As(err, &f) && f.waited {
@@ -401,8 +406,15 @@ func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error 
 		if step.action == actResume {
 			action, msg, verb = "resume", "Resuming the suspended guest", "Resuming"
 		}
+		// Other Caddy instances sharing the storage: one posts the start.
+		release, changed := g.claimStart(ctx, c, t, st)
+		if changed {
+			release()
+			continue
+		}
 		g.emit(Event{Phase: "start_task", Message: msg, Detail: fmt.Sprintf("%s %s %d on %s", verb, kindLabel(t.kind), t.vmid, t.node), Progress: 15})
 		task, err := runTask(ctx, client, t, action, cfg.TaskPollInterval, cfg.StopTimeout)
+		release()
 		if task != nil {
 			g.logger.Info(action+" task", zap.String("upid", string(task.UPID)), zap.NamedError("task_error", err),
 				zap.String("node", t.node), zap.Int("vmid", t.vmid), zap.Bool("ha", bool(st.HA.Managed)))

@@ -21,6 +21,8 @@
 // stop in its error state); config locks that fail power tasks the way
 // check_lock does; a backup of a stopped VM running it in prelaunch;
 // migrations; /cluster/resources rows of a stalled node ("unknown", no
-// name); templates; LXC suspend as lxc-checkpoint; and per-token ACLs
-// with the 403s of PVE 8 and 9.
+// name); templates; tags; LXC suspend as lxc-checkpoint; powered-off
+// nodes (595 from pveproxy), PVE's wakeonlan call and magic packets on the
+// LAN, nodes joining after boot; and per-token ACLs with the 403s of PVE
+// 8 and 9.
 package pvesim

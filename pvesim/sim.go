@@ -35,6 +35,9 @@ type Options struct {
 	// not install it, so by default a container suspend task fails as
 	// lxc-checkpoint does.
 	CRIU bool
+	// NodeBootDelay is how long a node takes from a magic packet to
+	// joining the cluster (5×TaskDelay). Real nodes take minutes.
+	NodeBootDelay time.Duration
 	// Logf, if set, receives one line per notable simulator event.
 	Logf func(format string, args ...any)
 }
@@ -82,6 +85,8 @@ type GuestSpec struct {
 	// Handler serves the guest's HTTP; default: a hello page, a websocket
 	// echo for upgrade requests, /sleep?d= and /stream.
 	Handler http.Handler
+	// Tags are the guest's Proxmox tags (its config's "tags").
+	Tags []string
 }
 
 // Iface is an interface inside a guest that PVE's config does not list.
@@ -101,6 +106,8 @@ type Sim struct {
 	faults   []*fault
 	acl      map[string][]string // nil: the token may do anything
 	stale    map[string]bool     // nodes whose pvestatd stalled
+	power    map[string]*nodePower
+	wol      []net.PacketConn
 	nextIP   int
 	pid      int
 	started  time.Time
@@ -134,6 +141,9 @@ func New(opts Options) *Sim {
 	if opts.Version == 0 {
 		opts.Version = 8
 	}
+	if opts.NodeBootDelay == 0 {
+		opts.NodeBootDelay = 5 * opts.TaskDelay
+	}
 	return &Sim{
 		opts:    opts,
 		guests:  map[int]*guest{},
@@ -165,6 +175,11 @@ func (s *Sim) AddGuest(spec GuestSpec) error {
 	}
 	if spec.Kind != "lxc" && spec.Kind != "qemu" {
 		return fmt.Errorf("pvesim: kind %q is neither lxc nor qemu", spec.Kind)
+	}
+	for _, t := range spec.Tags {
+		if !tagRE.MatchString(t) {
+			return fmt.Errorf("pvesim: tag %q: invalid characters in tag", t)
+		}
 	}
 	if spec.Name == "" {
 		spec.Name = fmt.Sprintf("guest-%d", spec.VMID)
@@ -249,6 +264,9 @@ func (s *Sim) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	srv := s.server
+	for _, pc := range s.wol {
+		_ = pc.Close()
+	}
 	for _, g := range s.guests {
 		g.gen++
 		g.unserveLocked()

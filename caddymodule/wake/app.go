@@ -28,9 +28,14 @@ func init() {
 type ProxmoxApp struct {
 	// Clusters are the Proxmox VE clusters, by unique name.
 	Clusters []*PVECluster `json:"clusters,omitempty"`
+	// Share, when set, shares guests' activity and start/stop ownership
+	// with other Caddy instances through Caddy's storage.
+	Share *Share `json:"share,omitempty"`
 
 	runtimes map[string]*lxc.Cluster
 	logger   *zap.Logger
+	// share is Share on this config's storage.
+	share *lxc.Share
 }
 
 // PVECluster is how to reach one Proxmox VE cluster.
@@ -54,9 +59,12 @@ type PVECluster struct {
 	// RequestTimeout bounds each API call (15s).
 	RequestTimeout caddy.Duration `json:"request_timeout,omitempty"`
 	// Simulate serves the cluster from an embedded simulator with demo
-	// guests (LXC 100 "web", 101 "wiki", QEMU 200 "app"), for trying
-	// things out. It excludes urls and token.
+	// guests (LXC 100 "web", 101 "wiki", QEMU 200 "app"; wiki and app
+	// tagged caddy-wake), for trying things out. It excludes urls and
+	// token.
 	Simulate bool `json:"simulate,omitempty"`
+	// WakeNodes, when set, wakes a guest's powered-off node first.
+	WakeNodes *WakeNodes `json:"wake_nodes,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -77,6 +85,7 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 	if err := lxc.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering proxmox metrics: %w", err)
 	}
+	a.share = a.Share.runtime(ctx.Storage())
 	repl := caddy.NewReplacer()
 	a.runtimes = map[string]*lxc.Cluster{}
 	for _, pc := range a.Clusters {
@@ -90,6 +99,7 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 			PollInterval:          time.Duration(pc.PollInterval),
 			RequestTimeout:        time.Duration(pc.RequestTimeout),
 			Simulate:              pc.Simulate,
+			WakeNodes:             pc.WakeNodes.runtime(),
 		}
 		for i, u := range cfg.URLs {
 			cfg.URLs[i] = repl.ReplaceKnown(u, "")
@@ -109,6 +119,9 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 
 // Validate checks names and settings.
 func (a *ProxmoxApp) Validate() error {
+	if err := a.Share.validate(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for _, pc := range a.Clusters {
 		if pc == nil {
@@ -119,7 +132,7 @@ func (a *ProxmoxApp) Validate() error {
 		}
 		seen[pc.Name] = true
 		cfg := lxc.ClusterConfig{Name: pc.Name, URLs: pc.URLs, TokenID: pc.TokenID, TokenSecret: pc.TokenSecret,
-			PollInterval: time.Duration(pc.PollInterval), Simulate: pc.Simulate}
+			PollInterval: time.Duration(pc.PollInterval), Simulate: pc.Simulate, WakeNodes: pc.WakeNodes.runtime()}
 		if err := cfg.Validate(); err != nil {
 			return fmt.Errorf("proxmox: %w", err)
 		}
@@ -127,10 +140,15 @@ func (a *ProxmoxApp) Validate() error {
 	return nil
 }
 
-// Start begins node discovery and polling of every cluster.
+// Start begins node discovery and polling of every cluster, and arms the
+// guests' keep_warm starts.
 func (a *ProxmoxApp) Start() error {
 	for _, c := range a.runtimes {
+		c.SetShare(a.share)
 		c.Start()
+		for _, g := range c.Guests() {
+			g.ScheduleKeepWarm()
+		}
 	}
 	return nil
 }

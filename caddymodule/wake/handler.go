@@ -1,6 +1,7 @@
 package wake
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -26,8 +27,14 @@ func init() {
 // with Retry-After. The guest is stopped once no request has been in
 // flight (websockets and streams included) for idle_timeout.
 type WakeHandler struct {
-	// Guest is "<cluster>/<vmid>" or "<cluster>/<name>".
+	// Guest is "<cluster>/<vmid>" or "<cluster>/<name>". The guest part
+	// may hold placeholders ("lab/{labels.2}"), resolved per request:
+	// then only guests carrying Tag are served, others get a 404.
 	Guest string `json:"guest"`
+	// Tag is the Proxmox tag a guest needs to be served through a
+	// placeholder reference (caddy-wake); its caddy-<option>-<value> tags
+	// override port, idle_timeout, wake_timeout, probe and stop_method.
+	Tag string `json:"tag,omitempty"`
 	// IdleTimeout before an idle guest is stopped (15m); 0 never stops.
 	IdleTimeout *caddy.Duration `json:"idle_timeout,omitempty"`
 	// WakeTimeout bounds a wake from start to ready (2m).
@@ -67,8 +74,11 @@ type WakeHandler struct {
 	// page (everyone gets the page) or hold (nobody does).
 	Mode string `json:"mode,omitempty"`
 	// KeepWarm windows ("Mon-Fri 08:00-18:00") keep the guest from
-	// idling out.
+	// idling out, and start it when they open.
 	KeepWarm []string `json:"keep_warm,omitempty"`
+	// TimeZone is the IANA time zone of the keep_warm windows ("Europe/
+	// Paris"); the process's local time by default.
+	TimeZone string `json:"time_zone,omitempty"`
 	// DependsOn are guests of the same cluster woken first (in parallel)
 	// and kept up while this one is.
 	DependsOn []string `json:"depends_on,omitempty"`
@@ -97,6 +107,10 @@ type WakeHandler struct {
 	// the port of whichever handler of the guest was provisioned last.
 	port   int
 	logger *zap.Logger
+
+	// dynamic resolves a reference with placeholders (binding and guest
+	// are then nil; each request gets a copy bound to its guest).
+	dynamic *dynamicGuests
 }
 
 // Response header marking how a request met the guest: "cold" when it
@@ -148,6 +162,11 @@ func (h *WakeHandler) config() (lxc.GuestConfig, error) {
 		}
 		cfg.KeepWarm = append(cfg.KeepWarm, w)
 	}
+	loc, err := loadTimeZone(h.TimeZone)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TimeZone = loc
 	cfg = cfg.WithDefaults()
 	return cfg, cfg.Validate()
 }
@@ -192,6 +211,10 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
+	if hasPlaceholder(ref) {
+		h.dynamic = newDynamicGuests(c, ref, cmp.Or(h.Tag, lxc.DefaultOptInTag), cfg, h.logger)
+		return nil
+	}
 	b, err := lxc.AcquireGuest(c, ref, cfg, h.logger)
 	if err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
@@ -219,13 +242,13 @@ func (h *WakeHandler) Validate() error {
 	if _, err := h.config(); err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
-	return nil
+	return h.validateTag()
 }
 
 // splitGuest splits a guest reference "<cluster>/<vmid|name>".
 func splitGuest(guest string) (cluster, ref string, err error) {
 	cluster, ref, ok := strings.Cut(guest, "/")
-	if !ok || cluster == "" {
+	if !ok || cluster == "" || hasPlaceholder(cluster) {
 		return "", "", fmt.Errorf("guest %q must be <cluster>/<vmid> or <cluster>/<name>", guest)
 	}
 	if err := lxc.ValidateRef(ref); err != nil {
@@ -237,6 +260,9 @@ func splitGuest(guest string) (cluster, ref string, err error) {
 // Cleanup releases this config's binding of the guest. The guest runtime
 // (timers, state, a wake in progress) lives on if the next config uses it.
 func (h *WakeHandler) Cleanup() error {
+	if h.dynamic != nil {
+		h.dynamic.Release()
+	}
 	if h.binding != nil {
 		return h.binding.Release()
 	}
@@ -245,6 +271,9 @@ func (h *WakeHandler) Cleanup() error {
 
 // ServeHTTP wakes the guest if needed and passes the request on.
 func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.dynamic != nil {
+		return h.serveDynamic(w, r, next)
+	}
 	g := h.guest
 	if len(h.ignore) > 0 {
 		match, err := h.ignore.AnyMatchWithError(r)

@@ -32,11 +32,13 @@ const (
 	userPass    = "correct-horse"
 )
 
-// startStack runs a test cluster with the stand-in controller and virt-api
-// and an in-process Caddy serving the API on it.
+// startStack runs a test cluster with KubeVirt's virt-api, the stand-in
+// controller and virt-handler, and an in-process Caddy serving the API on
+// it.
 func startStack(t *testing.T) (*testenv.Env, *testcaddy.PVE) {
 	env := testenv.StartT(t, testenv.Options{
-		Seed: true,
+		Seed:    true,
+		VirtAPI: true,
 		Controller: func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error {
 			// A slow start, so that a start task is still running when the
 			// outage begins.
@@ -44,8 +46,8 @@ func startStack(t *testing.T) (*testenv.Env, *testcaddy.PVE) {
 				StartDelay: 2 * time.Second, StopDelay: 200 * time.Millisecond,
 			}).Run(ctx)
 		},
-		NewSubresources: func(e *testenv.Env) http.Handler {
-			return kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, kubevirtsim.SelfSubjectAccessAuthorizer(e.DirectConfig))
+		NewVirtHandler: func(e *testenv.Env) http.Handler {
+			return kubevirtsim.NewVirtHandler(kubevirt.NewForConfigOrDie(e.VirtHandlerConfig))
 		},
 	})
 	dir := t.TempDir()

@@ -45,6 +45,8 @@ type env struct {
 	base      string
 	dir       string
 	poll      string // poll_interval (100ms)
+	// clusterOpts are extra lines in the cluster block.
+	clusterOpts string
 }
 
 var clusterSeq atomic.Int32
@@ -110,11 +112,12 @@ func (e *env) globals(extra string) string {
 			token_secret %s
 			poll_interval %s
 			request_timeout 2s
+			%s
 		}
 	}
 	%s
 }
-`, admin, e.dir, e.cluster, e.apiURL, e.sim.TokenID(), e.sim.TokenSecret(), e.poll, extra)
+`, admin, e.dir, e.cluster, e.apiURL, e.sim.TokenID(), e.sim.TokenSecret(), e.poll, e.clusterOpts, extra)
 }
 
 // wakeSite is a site on 127.0.0.1 with proxmox_wake on guest ref and
