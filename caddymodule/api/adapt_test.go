@@ -11,6 +11,6 @@ import (
 // the parser knows appears in a case that adapts.
 func TestCaddyfileAdapt(t *testing.T) {
 	adapted := testcaddy.AdaptCases(t, "testdata/caddyfile_adapt")
-	keywords := append([]string{"proxmox_api"}, testcaddy.CaddyfileKeywords(t, "caddyfile.go", "prometheus.go")...)
+	keywords := append([]string{"proxmox_api"}, testcaddy.CaddyfileKeywords(t, ".")...)
 	testcaddy.AssertEveryKeywordAdapted(t, keywords, adapted)
 }

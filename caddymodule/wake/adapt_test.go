@@ -12,6 +12,6 @@ import (
 // error; every option the parsers know appears in a case that adapts.
 func TestCaddyfileAdapt(t *testing.T) {
 	adapted := testcaddy.AdaptCases(t, "testdata/caddyfile_adapt")
-	keywords := append([]string{"proxmox", "cluster", "proxmox_wake", "dynamic"}, testcaddy.CaddyfileKeywords(t, "caddyfile.go")...)
+	keywords := append([]string{"proxmox", "proxmox_wake", "dynamic"}, testcaddy.CaddyfileKeywords(t, ".")...)
 	testcaddy.AssertEveryKeywordAdapted(t, keywords, adapted)
 }

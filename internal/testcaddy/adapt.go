@@ -66,35 +66,58 @@ func AdaptCases(t *testing.T, dir string) (adapted []string) {
 	return adapted
 }
 
-// CaddyfileKeywords are the option names a package's Caddyfile parsers
-// accept: the string cases of the switches in its functions whose names
-// start with parse or contain nmarshal, in the given source files.
-func CaddyfileKeywords(t *testing.T, files ...string) []string {
+// CaddyfileKeywords are the option names the Caddyfile parsers of the
+// package in dir accept: in its functions that take a caddyfile.Dispenser
+// (or an httpcaddyfile.Helper), the string cases of switches and the
+// strings compared with a token's value (d.Val() == "share").
+func CaddyfileKeywords(t *testing.T, dir string) []string {
 	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
 	var out []string
+	add := func(e ast.Expr) {
+		if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			if s, err := strconv.Unquote(lit.Value); err == nil && !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	isVal := func(e ast.Expr) bool {
+		call, ok := e.(*ast.CallExpr)
+		if !ok {
+			return false
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		return ok && sel.Sel.Name == "Val"
+	}
 	fset := token.NewFileSet()
 	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
 		src, err := parser.ParseFile(fset, f, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, decl := range src.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
-			if !ok || fn.Body == nil || !(strings.HasPrefix(fn.Name.Name, "parse") || strings.Contains(fn.Name.Name, "nmarshal")) {
+			if !ok || fn.Body == nil || !readsCaddyfile(fn) {
 				continue
 			}
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				cc, ok := n.(*ast.CaseClause)
-				if !ok {
-					return true
-				}
-				for _, e := range cc.List {
-					if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						if s, err := strconv.Unquote(lit.Value); err == nil && !seen[s] {
-							seen[s] = true
-							out = append(out, s)
-						}
+				switch n := n.(type) {
+				case *ast.CaseClause:
+					for _, e := range n.List {
+						add(e)
+					}
+				case *ast.BinaryExpr:
+					if (n.Op == token.EQL || n.Op == token.NEQ) && (isVal(n.X) || isVal(n.Y)) {
+						add(n.X)
+						add(n.Y)
 					}
 				}
 				return true
@@ -102,6 +125,20 @@ func CaddyfileKeywords(t *testing.T, files ...string) []string {
 		}
 	}
 	return out
+}
+
+// readsCaddyfile tells whether fn takes Caddyfile tokens.
+func readsCaddyfile(fn *ast.FuncDecl) bool {
+	for _, p := range fn.Type.Params.List {
+		typ := p.Type
+		if star, ok := typ.(*ast.StarExpr); ok {
+			typ = star.X
+		}
+		if sel, ok := typ.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Dispenser" || sel.Sel.Name == "Helper") {
+			return true
+		}
+	}
+	return false
 }
 
 // AssertEveryKeywordAdapted fails for each keyword no adapted Caddyfile
