@@ -32,6 +32,7 @@ type guest struct {
 	gen int
 
 	ln           net.Listener
+	echo         *echoServers
 	srv          *http.Server
 	servingSince time.Time
 	hijacked     *connSet
@@ -128,6 +129,7 @@ func (g *guest) serveLocked() {
 	}
 	g.ln, g.srv, g.servingSince = ln, srv, time.Now()
 	go func() { _ = srv.Serve(ln) }()
+	g.startEchoLocked()
 	g.sim.logf("pvesim: guest %d serves on %s", g.spec.VMID, addr)
 }
 
@@ -138,6 +140,7 @@ func (g *guest) unserveLocked() {
 		_ = g.srv.Close()
 		g.hijacked.closeAll()
 	}
+	g.stopEchoLocked()
 	g.ln, g.srv = nil, nil
 }
 
