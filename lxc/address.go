@@ -107,17 +107,6 @@ func (nc netConfig) macs() []string {
 	return out
 }
 
-// identified tells whether any configured interface can be recognised
-// among the guest's: by its MAC, or its LXC name=.
-func (nc netConfig) identified() bool {
-	for _, i := range nc.ifaces {
-		if i.mac != "" || i.name != "" {
-			return true
-		}
-	}
-	return false
-}
-
 // static is the configured static address: the first IPv4 of the
 // interfaces in order, else the first IPv6.
 func (nc netConfig) static() string {
@@ -237,15 +226,13 @@ func discoverAddress(ctx context.Context, c *proxmox.Client, t target, nc netCon
 // interface's address (a Docker bridge such as 172.17.0.1, which may be
 // Caddy's own host) is never taken. IPv4 comes first, in netN order;
 // IPv6 only when no configured interface has IPv4. A config without
-// interfaces, or whose interfaces name no MAC (a KubeVirt VM made outside
-// proxmox_api: KubeVirt picks its MAC at each start), takes any usable
-// address but lo's.
+// interfaces takes any usable address but lo's.
 func pick(nc netConfig, cands []candidate) string {
 	match := func(ifc netIface, c candidate) bool {
 		return (ifc.mac != "" && c.mac == ifc.mac) || (ifc.name != "" && c.name == ifc.name)
 	}
 	ordered := make([]candidate, 0, len(cands))
-	if !nc.identified() {
+	if len(nc.ifaces) == 0 {
 		for _, c := range cands {
 			if c.name != "lo" {
 				ordered = append(ordered, c)
