@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 // A guest's TCP and UDP echo services answer while it runs; stopping it
@@ -13,8 +15,8 @@ import (
 func TestEchoServices(t *testing.T) {
 	s := New(Options{Nodes: []string{"pve1"}, TaskDelay: 10 * time.Millisecond})
 	t.Cleanup(func() { _ = s.Close() })
-	tcpPort, udpPort := freePort(t), freePort(t)
-	if err := s.AddGuest(GuestSpec{VMID: 100, IP: "127.0.0.63", Port: freePort(t), EchoTCP: []int{tcpPort}, EchoUDP: []int{udpPort}}); err != nil {
+	tcpPort, udpPort := testutil.FreePort(t), testutil.FreePort(t)
+	if err := s.AddGuest(GuestSpec{VMID: 100, IP: "127.0.0.63", Port: testutil.FreePort(t), EchoTCP: []int{tcpPort}, EchoUDP: []int{udpPort}}); err != nil {
 		t.Fatal(err)
 	}
 	tcpAddr := net.JoinHostPort("127.0.0.63", strconv.Itoa(tcpPort))
