@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of caddy-proxmox on a fresh machine: installs what the
-# tests need (Debian's python3-proxmoxer, python3-websockets and ansible,
-# the kube-apiserver and etcd built from the Go module proxy), builds
-# ./caddy, then vets, tests and briefly fuzzes.
+# tests need (Debian's python3-proxmoxer, python3-websockets, ansible and
+# chromium, noVNC and xterm.js from the npm registry; kube-apiserver, etcd
+# and KubeVirt's virt-api built from the Go module proxy), builds ./caddy,
+# then vets, tests, runs the bpg Terraform provider's own acceptance tests
+# against ./caddy (testenv/bpg/run.sh) and briefly fuzzes.
 #
 #   ./test.sh              everything
 #   FUZZTIME=10s ./test.sh longer fuzzing
@@ -13,6 +15,10 @@ need_apt=()
 /usr/bin/python3 -c 'import proxmoxer, requests' 2>/dev/null || need_apt+=(python3-proxmoxer python3-requests)
 /usr/bin/python3 -c 'import websockets' 2>/dev/null || need_apt+=(python3-websockets)
 command -v ansible-playbook >/dev/null 2>&1 || need_apt+=(ansible)
+# Browser tests (integration/browser) run Debian's Chromium headless and
+# load noVNC and xterm.js from the npm registry.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "== installing ${need_apt[*]} (Debian)"
 	SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -23,6 +29,10 @@ fi
 echo "== test cluster binaries (cached after the first build)"
 CADDY_PROXMOX_TESTBIN=$(testenv/build-binaries.sh)
 export CADDY_PROXMOX_TESTBIN
+
+echo "== noVNC and xterm.js for the browser tests (npm, cached after the first install)"
+CADDY_PROXMOX_WEB=$(integration/browser/web/npm-install.sh)
+export CADDY_PROXMOX_WEB
 
 echo "== ./caddy (the README's build command; process tests run it)"
 xlog=$(mktemp)
@@ -37,8 +47,11 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-echo "== go test"
-go test -count=1 -timeout 20m ./...
+echo "== go test (in random order: no test may depend on another's leftovers)"
+go test -count=1 -shuffle on -timeout 20m ./...
+
+echo "== bpg Terraform provider acceptance tests (testenv/bpg)"
+testenv/bpg/run.sh
 
 echo "== fuzzing (${FUZZTIME:=3s} per target)"
 # fuzz_one fails on any input the fuzzer reports (it writes it to testdata,

@@ -1,6 +1,7 @@
 // Package integration runs caddy-proxmox inside a real Caddy against a real
-// kube-apiserver and etcd (with the KubeVirt CRDs, RBAC on, the stand-in
-// controller and virt-api), and drives it with real Proxmox clients.
+// kube-apiserver and etcd with KubeVirt's own virt-api (its CRDs, RBAC,
+// admission webhooks and subresource API), the stand-in controller and
+// virt-handler, and drives it with real Proxmox clients.
 package integration
 
 import (
@@ -39,15 +40,21 @@ var (
 	// metrics API too but a Prometheus that never answers (metrics_test.go).
 	metricsBase, hangingPromBase string
 	caddyDir                     string
-	directConfig                 *rest.Config
+	// controllerConfig is the identity of the stand-in controller
+	// (KubeVirt's virt-controller service account).
+	controllerConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{
-		Seed: true,
+		Seed:    true,
+		VirtAPI: true,
+		// Snapshots are Beta in KubeVirt v1.8 and off by default; the suite
+		// runs on a cluster that has turned them on.
+		FeatureGates: []string{"Snapshot"},
 		Controller: func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error {
-			// NewSubresources ran first and kept the admin config.
-			cdi, err := containerizeddataimporter.NewForConfig(directConfig)
+			// NewVirtHandler ran first and kept the controller's config.
+			cdi, err := containerizeddataimporter.NewForConfig(controllerConfig)
 			if err != nil {
 				return err
 			}
@@ -56,17 +63,18 @@ func TestMain(m *testing.M) {
 				CDI: cdi, DataVolumeDelay: 300 * time.Millisecond, SnapshotDelay: 200 * time.Millisecond,
 			}).Run(ctx)
 		},
-		NewSubresources: func(e *testenv.Env) http.Handler {
-			directConfig = e.DirectConfig
-			return kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, kubevirtsim.SelfSubjectAccessAuthorizer(e.DirectConfig))
+		NewVirtHandler: func(e *testenv.Env) http.Handler {
+			controllerConfig = e.ControllerConfig
+			return kubevirtsim.NewVirtHandler(kubevirt.NewForConfigOrDie(e.VirtHandlerConfig))
 		},
 	}, func(e *testenv.Env) int {
 		env = e
-		noVirtAPI, err := e.NewProxy(nil, nil)
+		noVirtAPI, err := e.NewProxy()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fallback proxy:", err)
 			return 1
 		}
+		noVirtAPI.HideGroup(testenv.SubresourceGroup)
 		metricsSites, err := startMetricsSites(e)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "metrics sites:", err)
@@ -98,7 +106,11 @@ https://localhost:%d {
 	}
 }
 `, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret) + metricsSites.caddyfile
-		if err := loadCaddy(cfg); err != nil {
+		if _, err := testcaddy.LoadCaddyfile(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := testcaddy.Ready(base+"/api2/json/version", 30*time.Second); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

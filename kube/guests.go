@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,11 +29,15 @@ func (g Guest) Namespace() string { return g.VM.Namespace }
 // Name is the VM's Kubernetes name.
 func (g Guest) Name() string { return g.VM.Name }
 
-// PVEName is the name shown to Proxmox clients: the stored PVE name, else
-// the Kubernetes name.
+// PVEName is the name shown to Proxmox clients: the stored PVE name; for
+// a VM made through the API without one "VM <vmid>", as qemu-server's
+// vmstatus says; else (made outside the API) the Kubernetes name.
 func (g Guest) PVEName() string {
 	if n := g.VM.Annotations[translate.AnnotationName]; n != "" {
 		return n
+	}
+	if _, made := g.VM.Annotations[translate.AnnotationConfig]; made && g.VMID > 0 {
+		return "VM " + strconv.Itoa(g.VMID)
 	}
 	return g.VM.Name
 }

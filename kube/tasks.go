@@ -135,6 +135,9 @@ type Tasks struct {
 	Interval time.Duration
 	// evaluations counts goal evaluations, for the benchmark.
 	evaluations atomic.Int64
+	// passes counts the worker's completed passes over every running task,
+	// so that tests can wait for it to have looked at a task.
+	passes atomic.Uint64
 }
 
 // allTasks is the queue key of a pass over every running task; no
@@ -167,6 +170,9 @@ func (ts *Tasks) queued() workqueue.TypedInterface[string] {
 	defer ts.mu.Unlock()
 	return ts.queue
 }
+
+// poke asks for a pass over every running task.
+func (ts *Tasks) poke() { ts.touch(allTasks) }
 
 // touchBy is a store's changeFunc: it touches what keys names of the old
 // and the new object (a change may move an object from one to another).
@@ -476,10 +482,14 @@ func (ts *Tasks) run(ctx context.Context) {
 		}
 		ts.sync(ctx, key)
 		q.Done(key)
-		if now := time.Now(); key == allTasks && now.Sub(lastPrune) > time.Minute {
+		if key != allTasks {
+			continue
+		}
+		if now := time.Now(); now.Sub(lastPrune) > time.Minute {
 			lastPrune = now
 			ts.prune(ctx, now)
 		}
+		ts.passes.Add(1)
 	}
 }
 

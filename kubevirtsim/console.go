@@ -27,12 +27,92 @@ import (
 // vnc and console subresources: raw bytes in binary frames.
 const PlainStreamProtocol = "plain.kubevirt.io"
 
-// Simulated display: a small framebuffer filled with one colour.
+// Simulated display: a small framebuffer with four colour bars (red,
+// green, blue, white) over its top half and grey below, so that a client
+// that draws it shows whether it decoded position and colour right.
 const (
 	SimFramebufferWidth  = 64
 	SimFramebufferHeight = 48
 	SimDisplayName       = "kubevirtsim"
 )
+
+// SimScreenPixel is the colour the simulated display shows at (x, y).
+func SimScreenPixel(x, y int) (r, g, b uint8) {
+	if y >= SimFramebufferHeight/2 {
+		return 0x80, 0x80, 0x80
+	}
+	switch x * 4 / SimFramebufferWidth {
+	case 0:
+		return 0xff, 0, 0
+	case 1:
+		return 0, 0xff, 0
+	case 2:
+		return 0, 0, 0xff
+	}
+	return 0xff, 0xff, 0xff
+}
+
+// pixelFormat is RFB's PIXEL_FORMAT (true colour only).
+type pixelFormat struct {
+	bytesPerPixel                   int
+	bigEndian                       bool
+	redMax, greenMax, blueMax       uint32
+	redShift, greenShift, blueShift uint8
+}
+
+// serverPixelFormat is what ServerInit announces: 32 bpp, depth 24,
+// little endian, true colour, 8 bits per channel at shifts 16/8/0.
+var serverPixelFormat = pixelFormat{bytesPerPixel: 4, redMax: 255, greenMax: 255, blueMax: 255, redShift: 16, greenShift: 8}
+
+// wire is the PIXEL_FORMAT structure (16 bytes).
+func (f pixelFormat) wire() []byte {
+	be := byte(0)
+	if f.bigEndian {
+		be = 1
+	}
+	b := []byte{byte(f.bytesPerPixel * 8), 24, be, 1}
+	b = binary.BigEndian.AppendUint16(b, uint16(f.redMax))
+	b = binary.BigEndian.AppendUint16(b, uint16(f.greenMax))
+	b = binary.BigEndian.AppendUint16(b, uint16(f.blueMax))
+	return append(b, f.redShift, f.greenShift, f.blueShift, 0, 0, 0)
+}
+
+// parsePixelFormat reads SetPixelFormat's PIXEL_FORMAT; ok is false for
+// formats QEMU would refuse too (bits per pixel other than 8, 16 or 32).
+func parsePixelFormat(b []byte) (pixelFormat, bool) {
+	bpp := int(b[0]) / 8
+	if int(b[0])%8 != 0 || (bpp != 1 && bpp != 2 && bpp != 4) {
+		return pixelFormat{}, false
+	}
+	return pixelFormat{
+		bytesPerPixel: bpp,
+		bigEndian:     b[2] != 0,
+		redMax:        uint32(binary.BigEndian.Uint16(b[4:])),
+		greenMax:      uint32(binary.BigEndian.Uint16(b[6:])),
+		blueMax:       uint32(binary.BigEndian.Uint16(b[8:])),
+		redShift:      b[10],
+		greenShift:    b[11],
+		blueShift:     b[12],
+	}, true
+}
+
+// appendPixel encodes one colour in the client's format.
+func (f pixelFormat) appendPixel(dst []byte, r, g, b uint8) []byte {
+	v := uint32(r)*f.redMax/255<<f.redShift | uint32(g)*f.greenMax/255<<f.greenShift | uint32(b)*f.blueMax/255<<f.blueShift
+	switch f.bytesPerPixel {
+	case 1:
+		return append(dst, byte(v))
+	case 2:
+		if f.bigEndian {
+			return binary.BigEndian.AppendUint16(dst, uint16(v))
+		}
+		return binary.LittleEndian.AppendUint16(dst, uint16(v))
+	}
+	if f.bigEndian {
+		return binary.BigEndian.AppendUint32(dst, v)
+	}
+	return binary.LittleEndian.AppendUint32(dst, v)
+}
 
 // ConsoleServer stands in for virt-api's console websockets:
 //
@@ -47,6 +127,8 @@ const (
 // connection ends the previous one.
 type ConsoleServer struct {
 	kv kubevirt.Interface
+	// getVMI reads a VMI; nil: a GET with kv.
+	getVMI func(ctx context.Context, ns, name string) (*virtv1.VirtualMachineInstance, error)
 
 	mu     sync.Mutex
 	active map[string]*websocket.Conn
@@ -87,11 +169,22 @@ func (s *ConsoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, notFound())
 		return
 	}
+	s.serve(w, r, ns, name, kind)
+}
+
+// serve runs a console session of kind (vnc or console) with the VMI ns/name.
+func (s *ConsoleServer) serve(w http.ResponseWriter, r *http.Request, ns, name, kind string) {
 	if r.Method != http.MethodGet {
 		writeStatus(w, methodNotAllowed(r.Method))
 		return
 	}
-	vmi, err := s.kv.KubevirtV1().VirtualMachineInstances(ns).Get(r.Context(), name, metav1.GetOptions{})
+	get := s.getVMI
+	if get == nil {
+		get = func(ctx context.Context, ns, name string) (*virtv1.VirtualMachineInstance, error) {
+			return s.kv.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+	}
+	vmi, err := get(r.Context(), ns, name)
 	if err != nil {
 		writeStatus(w, err)
 		return
@@ -241,12 +334,10 @@ func serveRFB(r *bufio.Reader, w io.Writer) error {
 	if _, err := r.ReadByte(); err != nil { // ClientInit (shared flag)
 		return err
 	}
-	bpp := 4
+	pf := serverPixelFormat
 	init := binary.BigEndian.AppendUint16(nil, SimFramebufferWidth)
 	init = binary.BigEndian.AppendUint16(init, SimFramebufferHeight)
-	// PIXEL_FORMAT: 32 bpp, depth 24, little endian, true colour, 8 bits per
-	// channel at shifts 16/8/0, 3 bytes padding.
-	init = append(init, 32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 16, 8, 0, 0, 0, 0)
+	init = append(init, pf.wire()...)
 	init = binary.BigEndian.AppendUint32(init, uint32(len(SimDisplayName)))
 	init = append(init, SimDisplayName...)
 	if _, err := w.Write(init); err != nil {
@@ -259,13 +350,13 @@ func serveRFB(r *bufio.Reader, w io.Writer) error {
 			return err
 		}
 		switch typ {
-		case 0: // SetPixelFormat
-			pf := make([]byte, 19)
-			if _, err := io.ReadFull(r, pf); err != nil {
+		case 0: // SetPixelFormat: 3 bytes padding, then PIXEL_FORMAT
+			msg := make([]byte, 19)
+			if _, err := io.ReadFull(r, msg); err != nil {
 				return err
 			}
-			if b := int(pf[3]) / 8; b == 1 || b == 2 || b == 4 {
-				bpp = b
+			if f, ok := parsePixelFormat(msg[3:]); ok {
+				pf = f
 			}
 		case 2: // SetEncodings
 			hdr := make([]byte, 3)
@@ -283,7 +374,7 @@ func serveRFB(r *bufio.Reader, w io.Writer) error {
 			if req[0] != 0 {
 				continue // incremental: the screen never changes
 			}
-			if err := writeFramebuffer(w, bpp); err != nil {
+			if err := writeFramebuffer(w, pf); err != nil {
 				return err
 			}
 		case 4: // KeyEvent
@@ -308,20 +399,20 @@ func serveRFB(r *bufio.Reader, w io.Writer) error {
 	}
 }
 
-// writeFramebuffer sends the whole screen as one raw rectangle.
-func writeFramebuffer(w io.Writer, bpp int) error {
+// writeFramebuffer sends the whole screen as one raw rectangle in the
+// client's pixel format.
+func writeFramebuffer(w io.Writer, pf pixelFormat) error {
 	msg := []byte{0, 0, 0, 1} // FramebufferUpdate, padding, one rectangle
 	msg = binary.BigEndian.AppendUint16(msg, 0)
 	msg = binary.BigEndian.AppendUint16(msg, 0)
 	msg = binary.BigEndian.AppendUint16(msg, SimFramebufferWidth)
 	msg = binary.BigEndian.AppendUint16(msg, SimFramebufferHeight)
 	msg = binary.BigEndian.AppendUint32(msg, 0) // Raw encoding
-	px := make([]byte, bpp)
-	for i := range px {
-		px[i] = 0x80
-	}
-	for i := 0; i < SimFramebufferWidth*SimFramebufferHeight; i++ {
-		msg = append(msg, px...)
+	for y := 0; y < SimFramebufferHeight; y++ {
+		for x := 0; x < SimFramebufferWidth; x++ {
+			r, g, b := SimScreenPixel(x, y)
+			msg = pf.appendPixel(msg, r, g, b)
+		}
 	}
 	_, err := w.Write(msg)
 	return err

@@ -103,7 +103,12 @@ func cloneName(src *kubevirtv1.VirtualMachine, cfg map[string]string, asked stri
 	if asked != "" {
 		return asked
 	}
+	// qemu-server: the source's name, else its vmid; a VM made outside
+	// the API shows its object name as its name.
 	n := cfg["name"]
+	if _, made := src.Annotations[AnnotationConfig]; n == "" && made {
+		n = src.Labels[LabelVMID]
+	}
 	if n == "" {
 		n = src.Name
 	}

@@ -75,3 +75,31 @@ func TestCloneIdentity(t *testing.T) {
 		t.Fatalf("firmware %q vs smbios1 %q", a.Spec.Template.Spec.Domain.Firmware.UUID, ca["smbios1"])
 	}
 }
+
+// TestCloneDefaultName: without name=, qemu-server names a clone
+// Copy-of-VM-<source name>, or Copy-of-VM-<source vmid> when the source has
+// none (not its object name vm-<vmid>).
+func TestCloneDefaultName(t *testing.T) {
+	for _, c := range []struct {
+		cfg  map[string]string
+		want string
+	}{
+		{map[string]string{"name": "golden"}, "Copy-of-VM-golden"},
+		{map[string]string{"cores": "2"}, "Copy-of-VM-100"},
+	} {
+		clone, errs := CloneVM(buildOK(t, c.cfg), CloneRequest{NewID: 101, Node: "pve1", Namespace: "default"})
+		if len(errs) > 0 {
+			t.Fatalf("%v: %v", c.cfg, errs)
+		}
+		if got := ConfigView(clone, nil)["name"]; got != c.want {
+			t.Errorf("clone of %v is named %v, want %s", c.cfg, got, c.want)
+		}
+	}
+	// Made outside the API: its config shows the object name, so does the clone's.
+	src := buildOK(t, map[string]string{})
+	delete(src.Annotations, AnnotationConfig)
+	src.Name = "legacy"
+	if clone, _ := CloneVM(src, CloneRequest{NewID: 101, Namespace: "default"}); ConfigView(clone, nil)["name"] != "Copy-of-VM-legacy" {
+		t.Errorf("clone of an adopted VM: %v", ConfigView(clone, nil)["name"])
+	}
+}

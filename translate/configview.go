@@ -45,7 +45,11 @@ func typedConfig(cfg map[string]string) map[string]any {
 // are returned too, keyed as the config shows them.
 func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[string]string, []specDisk) {
 	cfg := StoredConfig(vm)
-	adopted := len(cfg) == 0 // made outside this API: show what it has
+	// Made outside this API (no stored config, not an empty one: a VM made
+	// with nothing but a vmid has none of these keys in PVE): show what it
+	// has.
+	_, made := vm.Annotations[AnnotationConfig]
+	adopted := !made
 	sds := specDisks(vm, cfg)
 	for _, s := range sds {
 		if !s.managed {
@@ -63,14 +67,22 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[strin
 	if mem := MemoryBytes(vm); mem > 0 {
 		overlay("memory", strconv.FormatInt(mem>>20, 10), "512")
 	}
+	// A VM made through this API without a name has none in its config, as
+	// in PVE; one made outside it shows its Kubernetes name.
 	if n := vm.Annotations[AnnotationName]; n != "" {
 		cfg["name"] = n
-	} else if cfg["name"] == "" {
+	} else if adopted {
 		cfg["name"] = vm.Name
+	} else if cfg["name"] == "" {
+		delete(cfg, "name")
 	}
 	if vm.Labels[LabelTemplate] == "true" {
 		cfg["template"] = "1"
 	}
+	if adopted {
+		cfg["agent"] = AgentConfig(vm)
+	}
+	qemuServerForms(cfg)
 	if vm.Spec.Template != nil {
 		for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
 			if _, ok := cfg[iface.Name]; ok || !netKeyRE.MatchString(iface.Name) {
@@ -88,6 +100,29 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[strin
 		}
 	}
 	return cfg, sds
+}
+
+// qemuServerForms rewrites stored values the way qemu-server reads them
+// back from its config file: write_vm_config leaves out a false
+// description ("" or "0") and parse_vm_config trims trailing whitespace
+// off the others; print_drive writes an empty or host CD-ROM drive with
+// its volume first (bpg sends file=none,media=cdrom and reads back none).
+func qemuServerForms(cfg map[string]string) {
+	if d, ok := cfg["description"]; ok {
+		if d == "" || d == "0" {
+			delete(cfg, "description")
+		} else {
+			cfg["description"] = strings.TrimRight(d, " \t\n\r\f\v")
+		}
+	}
+	for k, v := range cfg {
+		if !diskKeyRE.MatchString(k) {
+			continue
+		}
+		if d, err := parseDrive(v); err == nil && d.opts["media"] == "cdrom" && (d.file == "none" || d.file == "cdrom") {
+			cfg[k] = d.String()
+		}
+	}
 }
 
 // ConfigDigest is PVE's config digest: a SHA-1 over the config, here over

@@ -233,11 +233,14 @@ func (p *drivePlan) mapDrive(k string) {
 // (or, for citype=configdrive2, ConfigDrive) volume reading the VM's
 // cloud-init Secret. A VM has one.
 func (p *drivePlan) cloudInitDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubevirtv1.Disk, *kubevirtv1.Volume, error) {
+	m := ciVolRE.FindStringSubmatch(d.file)
+	if p.req.StorageExists != nil && !p.req.StorageExists(m[1]) {
+		return kubevirtv1.Disk{}, nil, fmt.Errorf("storage '%s' does not exist", m[1])
+	}
 	if p.ciDrive != "" {
 		return kubevirtv1.Disk{}, nil, fmt.Errorf("only one cloud-init drive is allowed (already on %s)", p.ciDrive)
 	}
 	p.ciDrive = k
-	m := ciVolRE.FindStringSubmatch(d.file)
 	disk := kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: cdromBus(bus)}}}
 	d.file = m[1] + ":" + CloudInitSecretName(p.req.VMID)
 	d.set("media", "cdrom")
@@ -297,7 +300,12 @@ func (p *drivePlan) diskDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubev
 // serial.
 func diskTarget(bus kubevirtv1.DiskBus, d *drive) kubevirtv1.Disk {
 	disk := kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}}
-	if d.opts["iothread"] == "1" {
+	// KubeVirt gives I/O threads to virtio disks only; its VM webhook
+	// refuses dedicatedIOThread on any other bus ("IOThreads are not
+	// supported for disks on a scsi bus"). PVE's iothread=1 on SCSI (the
+	// GUI default with virtio-scsi-single) stays in the config, as on PVE,
+	// and maps to nothing.
+	if d.opts["iothread"] == "1" && bus == kubevirtv1.DiskBusVirtio {
 		t := true
 		disk.DedicatedIOThread = &t
 	}

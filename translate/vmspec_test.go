@@ -102,8 +102,13 @@ func TestBuildVMNetAndDisk(t *testing.T) {
 		t.Fatalf("dv size %s", q.String())
 	}
 	d := spec.Domain.Devices.Disks[0]
-	if d.Name != "scsi0" || d.Disk.Bus != kubevirtv1.DiskBusSCSI || d.BootOrder == nil || *d.BootOrder != 1 || d.DedicatedIOThread == nil {
+	if d.Name != "scsi0" || d.Disk.Bus != kubevirtv1.DiskBusSCSI || d.BootOrder == nil || *d.BootOrder != 1 {
 		t.Fatalf("disk %+v", d)
+	}
+	// iothread=1 stays in the config (above) but a SCSI disk gets no I/O
+	// thread: KubeVirt's webhook refuses one on any bus but virtio.
+	if d.DedicatedIOThread != nil {
+		t.Fatalf("scsi0 got a dedicated I/O thread: %+v", d)
 	}
 	if spec.Volumes[0].DataVolume == nil || spec.Volumes[0].DataVolume.Name != "vm-100-disk-0" {
 		t.Fatalf("volume %+v", spec.Volumes[0])
@@ -133,6 +138,7 @@ func TestBuildVMErrors(t *testing.T) {
 		{map[string]string{"scsi0": "local-lvm:vm-1-disk-0"}, "scsi0", "does not exist"},
 		{map[string]string{"scsi0": "local-lvm:foo/bar.qcow2"}, "scsi0", "unable to parse volume"},
 		{map[string]string{"ide2": "local:iso/missing.iso,media=cdrom"}, "ide2", "does not exist"},
+		{map[string]string{"ide2": "doesnotexist:cloudinit"}, "ide2", "storage 'doesnotexist' does not exist"},
 		{map[string]string{"ipconfig0": "ip=10.0.0.300/24"}, "ipconfig0", "IPv4"},
 		{map[string]string{"ipconfig0": "gw=10.0.0.1,bogus=1"}, "ipconfig0", "bogus"},
 		{map[string]string{"scsi0": "local-lvm:0"}, "scsi0", "greater than zero"},
@@ -183,6 +189,57 @@ func TestBuildVMTemplate(t *testing.T) {
 	}
 }
 
+// A VM made without a name has no name in its config, as in PVE (bpg
+// plans to remove a name it never set otherwise), though its object is
+// called vm-<vmid>.
+func TestConfigViewWithoutName(t *testing.T) {
+	for _, cfg := range []map[string]string{{}, {"cores": "2"}} {
+		vm := buildOK(t, cfg)
+		if vm.Name != "vm-100" {
+			t.Fatalf("object name %s", vm.Name)
+		}
+		if v := ConfigView(vm, nil); v["name"] != nil {
+			t.Errorf("config %v shows name %v", cfg, v["name"])
+		}
+	}
+}
+
+// TestConfigViewOfEmptyConfig: a VM made with nothing but a vmid shows no
+// CPU or memory keys (bpg's proxmox_vm finds a cpu block it never set
+// otherwise), while one made outside the API shows what it has.
+func TestConfigViewOfEmptyConfig(t *testing.T) {
+	v := ConfigView(buildOK(t, map[string]string{}), nil)
+	for _, k := range []string{"name", "cores", "sockets", "memory"} {
+		if x, ok := v[k]; ok {
+			t.Errorf("config of a VM made with a vmid only shows %s: %v", k, x)
+		}
+	}
+}
+
+// TestConfigViewQemuServerForms: values read back as qemu-server reads
+// its config file, where bpg compares them with what it sent.
+func TestConfigViewQemuServerForms(t *testing.T) {
+	for _, c := range []struct {
+		key, set string
+		want     any // nil: the key is absent
+	}{
+		{"description", "my\ndescription\nvalue\n", "my\ndescription\nvalue"},
+		{"description", "  indented\n\nlast line  \t\n", "  indented\n\nlast line"},
+		{"description", "one line", "one line"},
+		{"description", "", nil},
+		{"description", "0", nil},
+		{"description", " \n", ""},
+		{"ide2", "file=none,media=cdrom", "none,media=cdrom"},
+		{"ide3", "file=cdrom,media=cdrom", "cdrom,media=cdrom"},
+		{"sata1", "none,media=cdrom", "none,media=cdrom"},
+	} {
+		v := ConfigView(buildOK(t, map[string]string{c.key: c.set}), nil)
+		if got, ok := v[c.key]; (c.want == nil && ok) || (c.want != nil && got != c.want) {
+			t.Errorf("%s=%q reads back as %#v, want %#v", c.key, c.set, got, c.want)
+		}
+	}
+}
+
 func TestConfigViewPreexisting(t *testing.T) {
 	// A VM made with kubectl: no stored config at all.
 	vm := &kubevirtv1.VirtualMachine{}
@@ -196,6 +253,31 @@ func TestConfigViewPreexisting(t *testing.T) {
 	}
 	if v["net0"] != "virtio=02:00:00:AA:BB:CC,bridge=vmbr0" {
 		t.Fatalf("net0 %v", v["net0"])
+	}
+	// Every KubeVirt domain has the guest agent's channel.
+	if v["agent"] != "1" || AgentConfig(vm) != "1" {
+		t.Fatalf("agent %v", v["agent"])
+	}
+}
+
+// TestAgentConfig: a VM made through the API has the agent it was made
+// with, as in PVE; one made outside it has KubeVirt's, always there.
+func TestAgentConfig(t *testing.T) {
+	for _, c := range []struct {
+		cfg  map[string]string
+		want string
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"agent": "1"}, "1"},
+		{map[string]string{"agent": "0"}, "0"},
+	} {
+		vm := buildOK(t, c.cfg)
+		if got := AgentConfig(vm); got != c.want {
+			t.Errorf("%v: agent %q, want %q", c.cfg, got, c.want)
+		}
+		if v, ok := ConfigView(vm, nil)["agent"]; (c.want == "") == ok || (ok && v != c.want) {
+			t.Errorf("%v: view shows agent %v", c.cfg, v)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -64,10 +65,10 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 		if len(created.Spec.DataVolumeTemplates) > 0 {
 			goal = kube.GoalProvisioned
 		}
-		return h.begin(q, g, translate.TaskCreate, goal, 30*time.Minute, line, nil)
+		return h.begin(q, g, guestTask{typ: translate.TaskCreate, goal: goal, timeout: 30 * time.Minute, log: line})
 	}
 	c := q.c
-	return h.begin(q, g, translate.TaskCreate, kube.GoalRunning, 5*time.Minute, line, func(ctx context.Context) error { return c.StartVM(ctx, g) })
+	return h.begin(q, g, guestTask{typ: translate.TaskCreate, goal: kube.GoalRunning, timeout: 5 * time.Minute, log: line, act: func(ctx context.Context) error { return c.StartVM(ctx, g) }})
 }
 
 // createGuest writes a new VM and then runs setup (its cloud-init Secret),
@@ -76,6 +77,13 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 func (h *APIHandler) createGuest(q *request, vmid int, vm *kubevirtv1.VirtualMachine,
 	setup func(g kube.Guest, created *kubevirtv1.VirtualMachine) *apiError) (kube.Guest, *kubevirtv1.VirtualMachine, *apiError) {
 	created, err := q.c.CreateVM(q.ctx(), vm)
+	if fallback := "pve-" + strconv.Itoa(vmid); kube.IsAlreadyExists(err) && vm.Name != fallback {
+		// Another VM took the Kubernetes name since translate checked it
+		// (parallel clones of one source all derive the same name): take
+		// the name only this vmid makes, as translate does for a taken one.
+		vm.Name = fallback
+		created, err = q.c.CreateVM(q.ctx(), vm)
+	}
 	if err != nil {
 		return kube.Guest{}, nil, kubeError(err)
 	}
@@ -114,5 +122,5 @@ func (h *APIHandler) deleteQemu(q *request) (any, *apiError) {
 	}
 	c := q.c
 	line := fmt.Sprintf("destroying VM %d (%s/%s)", g.VMID, g.Namespace(), g.Name())
-	return h.begin(q, g, translate.TaskDestroy, kube.GoalGone, 5*time.Minute, line, func(ctx context.Context) error { return c.DeleteVM(ctx, g) })
+	return h.begin(q, g, guestTask{typ: translate.TaskDestroy, goal: kube.GoalGone, timeout: 5 * time.Minute, log: line, act: func(ctx context.Context) error { return c.DeleteVM(ctx, g) }})
 }

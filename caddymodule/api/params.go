@@ -184,6 +184,35 @@ func (p params) allowOnly(allowed ...string) *apiError {
 	return nil
 }
 
+// pathWildcards names the {wildcards} of a route's path.
+func pathWildcards(path string) []string {
+	var names []string
+	for _, seg := range strings.Split(path, "/") {
+		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
+			names = append(names, strings.TrimSuffix(strings.Trim(seg, "{}"), "..."))
+		}
+	}
+	return names
+}
+
+// fromPath takes path parameters the query or body repeats, as
+// pve-manager's HTTPServer does: the same value is accepted (bpg sends
+// node and storage with download-url), another one is refused. The copy
+// is dropped; handlers read path parameters from the path.
+func (p params) fromPath(r *http.Request, wildcards []string) *apiError {
+	for _, name := range wildcards {
+		v, ok := p[name]
+		if !ok {
+			continue
+		}
+		if v != r.PathValue(name) {
+			return paramErr(name, "duplicate parameter (already defined in URI) with conflicting values!")
+		}
+		delete(p, name)
+	}
+	return nil
+}
+
 // vmid reads a required vmid-typed parameter (vmid, newid).
 func (p params) vmid(name string) (int, *apiError) {
 	v, ok, e := p.str(name)

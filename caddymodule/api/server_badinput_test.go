@@ -70,3 +70,26 @@ func TestBadInputOnWriteEndpoints(t *testing.T) {
 		t.Fatal("a refused clone created VM 7777")
 	}
 }
+
+// TestPathParametersRepeated: a parameter of the path may come again in
+// the query or body with the same value, as pve-manager's HTTPServer
+// allows (bpg sends node and storage with download-url); another value is
+// a 400 naming it.
+func TestPathParametersRepeated(t *testing.T) {
+	a := shared(t)
+	node := "kv-node-2-lab-internal"
+	var cfg map[string]any
+	a.OK("GET", "/nodes/"+node+"/qemu/101/config", url.Values{"node": {node}, "vmid": {"101"}}, &cfg)
+	for _, c := range []struct {
+		form  url.Values
+		param string
+	}{
+		{url.Values{"vmid": {"102"}}, "vmid"},
+		{url.Values{"node": {"kv-node-1-lab-internal"}}, "node"},
+	} {
+		ans := a.Do("GET", "/nodes/"+node+"/qemu/101/config", c.form)
+		if ans.Code != 400 || ans.Errors[c.param] != "duplicate parameter (already defined in URI) with conflicting values!\n" {
+			t.Errorf("%v: want 400 naming %s, got %s %s", c.form, c.param, ans.Status, ans.Raw)
+		}
+	}
+}

@@ -1,8 +1,11 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -87,5 +90,44 @@ func TestCloneAndSnapshots(t *testing.T) {
 		}
 		a.OK("DELETE", "/nodes/"+n+"/qemu/"+id, nil, &upid)
 		a.WaitTask(upid)
+	}
+}
+
+// TestCloneWithoutDisks: a VM with no disks clones at once, also many
+// times at the same moment (bpg's TestBatchCreate clones one thirty times
+// in parallel); every qmclone task ends, as qemu-server's do.
+func TestCloneWithoutDisks(t *testing.T) {
+	a := shared(t)
+	node := "kv-node-1-lab-internal"
+	var src, upid string
+	a.OK("GET", "/cluster/nextid", nil, &src)
+	a.OK("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {src}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	const n = 8
+	upids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ans, err := a.Send("POST", "/nodes/"+node+"/qemu/"+src+"/clone", url.Values{"newid": {strconv.Itoa(990100 + i)}})
+			if err != nil || ans.Code != 200 {
+				t.Errorf("clone %d: %v %s %s", i, err, ans.Status, ans.Raw)
+				return
+			}
+			_ = json.Unmarshal(ans.Data, &upids[i])
+		})
+	}
+	wg.Wait()
+	for i, u := range upids {
+		if u == "" {
+			continue
+		}
+		if exit := a.WaitTask(u); exit != "OK" {
+			t.Fatalf("clone %d: %s", i, exit)
+		}
+		if st := a.Status(node, strconv.Itoa(990100+i)); st["lock"] != nil || st["status"] != "stopped" {
+			t.Fatalf("clone %d status %v", i, st)
+		}
 	}
 }

@@ -61,9 +61,10 @@ func TestDownloadISO(t *testing.T) {
 	}
 
 	// A download: the task (type download, id the file) ends when CDI is
-	// done, and the image is listed as PVE lists it.
+	// done, and the image is listed as PVE lists it. bpg repeats node and
+	// storage in the body.
 	var upid string
-	a.OK("POST", storage+"/download-url", url.Values{"content": {"iso"}, "filename": {"tiny.iso"}, "url": {srv.URL + "/images/tiny.iso"}, "verify-certificates": {"1"}}, &upid)
+	a.OK("POST", storage+"/download-url", url.Values{"content": {"iso"}, "filename": {"tiny.iso"}, "url": {srv.URL + "/images/tiny.iso"}, "verify-certificates": {"1"}, "node": {isoNode}, "storage": {"local-lvm"}}, &upid)
 	if !strings.Contains(upid, ":download:tiny.iso:root@pam!ci:") {
 		t.Fatalf("UPID %s", upid)
 	}

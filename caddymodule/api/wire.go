@@ -101,7 +101,7 @@ func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
 // factsWith is factsOf with the usage reading given (ok: there is one).
 func factsWith(g kube.Guest, u kube.Usage, ok bool, now time.Time) guestFacts {
 	cfg := translate.StoredConfig(g.VM)
-	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(cfg["agent"])}
+	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(translate.AgentConfig(g.VM))}
 	// A lock recorded at create or clone holds while the volumes are
 	// provisioned, then lifts by itself.
 	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM) {
