@@ -137,7 +137,8 @@ type GuestConfig struct {
 	// Probe is tcp, http or none; ProbePath is the http probe's path.
 	Probe     string
 	ProbePath string
-	// ProbeInterval is the period of readiness checks.
+	// ProbeInterval is the period of readiness checks once the service has
+	// been probed for 10 s; before that they run every 5ms at most (probe.go).
 	ProbeInterval time.Duration
 	// ReadyAfter is an extra settle delay after the probe passes.
 	ReadyAfter time.Duration

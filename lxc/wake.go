@@ -326,6 +326,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 	g.mu.Unlock()
 	g.emit(Event{Phase: "address", Message: "Found the guest's address", Detail: "Address " + host, Progress: 65})
 
+	probing := time.Now()
 	for i := 1; ; i++ {
 		err := probe(ctx, cfg.Probe, host, cfg.Port, cfg.ProbePath)
 		if err == nil {
@@ -334,7 +335,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		if i <= 3 || i%10 == 0 {
 			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", i), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90)})
 		}
-		if !sleepCtx(ctx, cfg.ProbeInterval) {
+		if !sleepCtx(ctx, probeWait(time.Since(probing), cfg.ProbeInterval)) {
 			return deps, fmt.Errorf("service on %s port %d not answering: %v", host, cfg.Port, err)
 		}
 	}
