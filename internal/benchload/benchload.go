@@ -15,10 +15,12 @@ import (
 	"time"
 )
 
-// Target is one endpoint: a URL and the headers to send.
+// Target is one endpoint: a URL, the headers to send, and the Host to
+// ask for if not the URL's (sites told apart by name on one listener).
 type Target struct {
 	URL    string
 	Header http.Header
+	Host   string
 }
 
 // Result is what Alternate measured for one target.
@@ -138,6 +140,9 @@ func Get(c *http.Client, t Target) (int, error) {
 	}
 	for k, v := range t.Header {
 		req.Header[k] = v
+	}
+	if t.Host != "" {
+		req.Host = t.Host
 	}
 	res, err := c.Do(req)
 	if err != nil {
