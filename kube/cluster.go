@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,7 +234,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, c.Tasks.touchBy(c.claimKeys))
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripStorage, c.Tasks.touchBy(c.claimKeys))
 	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
 	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
 		c.optional = append(c.optional, c.migrations)
@@ -370,8 +371,49 @@ func stripVMI(obj any) (any, error) {
 		vmi.Status.VolumeStatus = nil
 		vmi.Status.KernelBootStatus = nil
 		vmi.Status.MigrationState = nil
+		// Bookkeeping of virt-controller and virt-handler no answer shows.
+		vmi.Status.ActivePods = nil
+		vmi.Status.LauncherContainerImageVersion = ""
+		vmi.Status.QOSClass = nil
+		vmi.Status.MigrationMethod = ""
+		vmi.Status.MigrationTransport = ""
+		vmi.Status.SelinuxContext = ""
+		vmi.Status.VirtualMachineRevisionName = ""
+		for i := range vmi.Status.Interfaces {
+			vmi.Status.Interfaces[i].InfoSource = ""
+			vmi.Status.Interfaces[i].PodInterfaceName = ""
+		}
 	}
 	return stripMeta(obj)
+}
+
+// stripStorage keeps of a claim's or DataVolume's labels and annotations
+// only the plugin's own: CDI and the volume controllers leave a dozen on
+// each claim (binding, populator progress, provisioner), none read here,
+// and claims are only ever patched, so what the cache lacks is never
+// written back.
+func stripStorage(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetLabels(ownKeys(m.GetLabels()))
+		m.SetAnnotations(ownKeys(m.GetAnnotations()))
+		m.SetFinalizers(nil)
+	}
+	return stripMeta(obj)
+}
+
+// ownKeys is the part of a label or annotation map under the plugin's
+// prefix, nil if none.
+func ownKeys(in map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range in {
+		if strings.HasPrefix(k, translate.KeyPrefix) {
+			if out == nil {
+				out = make(map[string]string, 1)
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func stripNode(obj any) (any, error) {

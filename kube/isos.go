@@ -49,7 +49,7 @@ func (c *Cluster) startCDIStore(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return cdi.DataVolumes(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripMeta, c.Tasks.touchBy(ownerKeys))
+	}, c.opts.Resync, nil, stripStorage, c.Tasks.touchBy(ownerKeys))
 	return []*store{c.dataVolumes}
 }
 
