@@ -10,6 +10,7 @@
 #   SCALE_VMS=2000 BENCH_SIDE=2s bench/scale.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -n "${BENCHTIME:-}" ] && [ -z "${BENCH_SIDE:-}" ]; then export BENCH_SIDE="$BENCHTIME"; fi
 : "${CADDY_PROXMOX_TESTBIN:=$(testenv/build-binaries.sh)}"
 export CADDY_PROXMOX_TESTBIN
 if [ -z "${CADDY_PROXMOX_CADDY:-}" ]; then
