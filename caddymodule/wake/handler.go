@@ -57,7 +57,9 @@ type WakeHandler struct {
 	Probe string `json:"probe,omitempty"`
 	// ProbePath is the path of the http probe, which expects a 2xx or 3xx.
 	ProbePath string `json:"probe_path,omitempty"`
-	// ProbeInterval is the period of readiness probes (100ms).
+	// ProbeInterval is the period of readiness probes (100ms) once the
+	// service has been probed for 10 s; before that they run every 5ms, so
+	// that a held request goes through as soon as the service answers.
 	ProbeInterval caddy.Duration `json:"probe_interval,omitempty"`
 	// ReadyAfter is a settle delay after the probe first passes.
 	ReadyAfter caddy.Duration `json:"ready_after,omitempty"`
