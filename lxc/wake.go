@@ -368,10 +368,14 @@ func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error 
 		}
 		return fmt.Errorf("waiting for status running: %w", ctx.Err())
 	}
-	for first := true; ; first = false {
-		if !first && !sleepCtx(ctx, cfg.TaskPollInterval) {
+	// pause is false for the first round and right after a start or
+	// resume task ended OK: the guest is most likely up, and its service
+	// starts counting towards the held requests' latency now.
+	for first, pause := true, false; ; first = false {
+		if pause && !sleepCtx(ctx, cfg.TaskPollInterval) {
 			return outOfTime()
 		}
+		pause = true
 		st, t, err := g.statusFollowing(ctx, c)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -436,7 +440,7 @@ func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error 
 		default:
 			return fail("The guest could not be started.", err)
 		}
-		requested = true
+		requested, pause = true, false
 		switch {
 		case bool(st.HA.Managed) && action == "start":
 			g.emit(Event{Phase: "task_ok", Message: "Start requested; waiting for high availability to start it", Progress: 30})
