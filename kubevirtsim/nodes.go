@@ -309,7 +309,7 @@ func (n *Nodes) sync(ctx context.Context, key string) (time.Duration, error) {
 	prefix, rest, _ := strings.Cut(key, ":")
 	switch prefix + ":" {
 	case nodesKeyNode:
-		return 0, n.syncNode(ctx, rest)
+		return n.syncNode(ctx, rest)
 	case nodesKeyPod:
 		return n.syncPod(ctx, rest)
 	case nodesKeyVMI:

@@ -3,6 +3,7 @@ package kubevirtsim
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -31,11 +32,15 @@ var (
 // of each (device-manager's default).
 var deviceResources = []corev1.ResourceName{"devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net"}
 
+// heartbeatInterval is how often virt-handler's heartbeat patches its node
+// (pkg/virt-handler/heartbeat: every minute, with jitter).
+const heartbeatInterval = time.Minute
+
 // nodeLabels are the labels virt-handler sets on a node it runs on: its
-// heartbeat's kubevirt.io/schedulable and the node-labeller's
-// (prepareLabels).
+// heartbeat's kubevirt.io/schedulable and CPU manager labels (no CPU
+// manager here) and the node-labeller's (prepareLabels).
 func nodeLabels() map[string]string {
-	l := map[string]string{virtv1.NodeSchedulable: "true"}
+	l := map[string]string{virtv1.NodeSchedulable: "true", virtv1.CPUManager: "false", virtv1.DeprecatedCPUManager: "false"}
 	for _, m := range hostCPUModels {
 		l[virtv1.CPUModelLabel+m] = "true"
 		l[virtv1.SupportedHostModelMigrationCPU+m] = "true"
@@ -56,28 +61,34 @@ func nodeLabels() map[string]string {
 	return l
 }
 
-// syncNode labels a node as virt-handler's node-labeller does, and
-// advertises the device plugins' resources. A node that is not Ready runs
-// no virt-handler, so it gets neither.
-func (n *Nodes) syncNode(ctx context.Context, name string) error {
+// syncNode labels a node as virt-handler's heartbeat and node-labeller
+// do, renews the heartbeat, and advertises the device plugins' resources.
+// A node that is not Ready runs no virt-handler, so it gets none of it.
+func (n *Nodes) syncNode(ctx context.Context, name string) (time.Duration, error) {
 	node := cached[*corev1.Node](n.nodes, name)
 	if node == nil || !nodeReady(node) {
-		return nil
+		return 0, nil
 	}
-	want := nodeLabels()
 	missing := map[string]string{}
-	for k, v := range want {
+	for k, v := range nodeLabels() {
 		if node.Labels[k] != v {
 			missing[k] = v
 		}
 	}
-	if len(missing) > 0 {
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": missing}})
+	beat := metav1.Time{}
+	_ = beat.UnmarshalQueryParameter(node.Annotations[virtv1.VirtHandlerHeartbeat])
+	if len(missing) > 0 || time.Since(beat.Time) > heartbeatInterval/2 {
+		now, err := metav1.Now().MarshalQueryParameter()
 		if err != nil {
-			return err
+			return 0, err
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"labels": missing, "annotations": map[string]string{virtv1.VirtHandlerHeartbeat: now}}})
+		if err != nil {
+			return 0, err
 		}
 		if node, err = n.opts.Kube.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	st := node.Status.DeepCopy()
@@ -92,13 +103,13 @@ func (n *Nodes) syncNode(ctx context.Context, name string) error {
 		}
 	}
 	if equality.Semantic.DeepEqual(&node.Status, st) {
-		return nil
+		return heartbeatInterval, nil
 	}
 	cp := node.DeepCopy()
 	cp.Status = *st
 	_, err := n.opts.Kube.CoreV1().Nodes().UpdateStatus(ctx, cp, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return 0, nil
 	}
-	return err
+	return heartbeatInterval, err
 }

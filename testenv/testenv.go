@@ -99,7 +99,8 @@ type User struct {
 type Options struct {
 	// Users are added to the token file next to AdminUser.
 	Users []User
-	// Seed creates SeedNodes and SeedStorageClasses.
+	// Seed creates SeedNodes, SeedStorageClasses, SeedCSIDrivers and
+	// SeedSnapshotClasses.
 	Seed bool
 	// ControllerStartDelay delays the start of Controller.
 	ControllerStartDelay time.Duration
@@ -456,6 +457,11 @@ func (e *Env) start(ctx context.Context) error {
 	tSettle := time.Now()
 	if err := sleepUntil(ctx, settled); err != nil {
 		return err
+	}
+	if e.opts.Seed {
+		if err := SeedStorage(ctx, e.DirectKube, e.directDynamic, SeedCSIDrivers, SeedSnapshotClasses); err != nil {
+			return err
+		}
 	}
 	if e.opts.Controller != nil || e.opts.Nodes != nil {
 		e.startController()
