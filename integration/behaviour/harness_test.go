@@ -100,9 +100,9 @@ func succeeded(o any) bool {
 type runner struct {
 	b       *backend
 	timeout time.Duration // of the current step's task
-	obs  []any
-	took []time.Duration
-	errs []string // transport failures, which fail the test outright
+	obs     []any
+	took    []time.Duration
+	errs    []string // transport failures, which fail the test outright
 }
 
 // run runs steps in order and returns what each observed.
