@@ -42,6 +42,7 @@ func TestBehaviour(t *testing.T) {
 			t.Parallel()
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			defer logRealCluster(t, caseVMIDs(c.steps))
 			rs, rr := runBoth(c.steps, sim, real)
 			for i, s := range c.steps {
 				t.Logf("%-22s sim %8v  real %8v  %s", s.name, rs.took[i], rr.took[i], brief(rs.obs[i]))
@@ -67,6 +68,17 @@ func brief(o any) string {
 		return string(b[:160]) + "..."
 	}
 	return string(b)
+}
+
+// caseVMIDs are the VMs a case destroys at its end: all it makes.
+func caseVMIDs(steps []step) []string {
+	var out []string
+	for _, s := range steps {
+		if id, ok := strings.CutPrefix(s.name, "destroy "); ok {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func hasCase(name string) bool {
