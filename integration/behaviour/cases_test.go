@@ -335,8 +335,8 @@ func cases() []bcase {
 			power("start", "7095"),
 			status("running", "7095", "running"),
 			// CDI's wait for the source to stop does not end by itself:
-			// a minute shows it.
-			withTimeout(time.Minute, clone("7095", "7096", "name", "b-clone-run", "full", "1")),
+			// 20 seconds (ten times the simulated clone) show it.
+			withTimeout(20*time.Second, clone("7095", "7096", "name", "b-clone-run", "full", "1")),
 			config("clone config", "7096"),
 			destroy("7096"),
 			destroy("7095"),
