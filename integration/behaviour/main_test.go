@@ -60,6 +60,7 @@ func TestMain(m *testing.M) {
 	}
 	testenv.Main(m, realCluster(), func(e *testenv.Env) int {
 		env = e
+		fmt.Printf("behaviour: real control plane started in %v\n", e.StartDuration.Round(100*time.Millisecond))
 		if err := seedLikeSimulation(context.Background(), e); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL: seed:", err)
 			return 1
