@@ -236,7 +236,7 @@ func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 		return next.ServeHTTP(w, r)
 	}
 	op := g.Wake(r.Method + " " + r.URL.Path)
-	if h.Mode == "page" || (h.Mode != "hold" && isNavigation(r)) {
+	if wantsPage(r, h.Mode) {
 		select {
 		case <-op.Done():
 			if op.Err() == nil {
@@ -320,13 +320,27 @@ func (h *WakeHandler) failureText(err error) string {
 	return "The service could not be started."
 }
 
+// wantsPage tells whether a request to a sleeping guest gets the loading
+// page rather than being held: a browser navigating (mode auto), or any
+// request but a stream (mode page: a websocket or event stream cannot
+// show a page; held, it connects once the guest is ready).
+func wantsPage(r *http.Request, mode string) bool {
+	switch mode {
+	case "hold":
+		return false
+	case "page":
+		return !isStream(r)
+	}
+	return isNavigation(r)
+}
+
 // isNavigation reports whether a browser is loading a page: GET or HEAD,
-// not an upgrade, and Sec-Fetch-Mode navigate or HTML accepted.
+// not a stream, and Sec-Fetch-Mode navigate or HTML accepted.
 func isNavigation(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	if r.Header.Get("Upgrade") != "" {
+	if isStream(r) {
 		return false
 	}
 	if mode := r.Header.Get("Sec-Fetch-Mode"); mode != "" {
@@ -335,10 +349,16 @@ func isNavigation(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "text/html")
 }
 
-// isStream reports whether a request opens a long-lived exchange
-// (websocket, SSE), for the admin API's stream count.
+// isStream reports whether a request opens a long-lived exchange: a
+// websocket, whether an HTTP/1.1 upgrade or an extended CONNECT over
+// HTTP/2 or HTTP/3 (RFC 8441, RFC 9220: Go's HTTP/2 server gives it the
+// :protocol pseudo-header, quic-go puts the protocol in r.Proto), any
+// other CONNECT tunnel, or an event stream. Streams are never shown the
+// loading page (they are held), count as streams in flight, and are
+// watched by stream_idle_timeout.
 func isStream(r *http.Request) bool {
-	return r.Header.Get("Upgrade") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	return r.Method == http.MethodConnect || r.Header.Get("Upgrade") != "" ||
+		strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
 // Interface guards.
