@@ -334,9 +334,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		if err == nil {
 			break
 		}
-		if i <= 3 || i%10 == 0 {
-			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", i), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90)})
-		}
+		g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", i), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90), Update: true})
 		if !sleepCtx(ctx, cfg.ProbeInterval) {
 			return deps, fmt.Errorf("service on %s port %d not answering: %v", host, cfg.Port, err)
 		}
