@@ -11,6 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/caddy-proxmox/caddy-proxmox/lxc"
 )
 
 func init() {
@@ -87,6 +89,9 @@ func (m *WakeHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.NextBlock(0) {
 		opt := d.Val()
 		if known, err := m.GuestOptions.UnmarshalOption(d, opt); known {
+			if err == nil && opt == "probe" && m.Probe == lxc.ProbeUDP {
+				return d.Err(errProbeUDP.Error())
+			}
 			if err != nil {
 				return err
 			}

@@ -173,6 +173,9 @@ func (h *WakeHandler) Validate() error {
 	default:
 		return fmt.Errorf("proxmox_wake: mode %q must be auto, page or hold", h.Mode)
 	}
+	if h.Probe == lxc.ProbeUDP {
+		return fmt.Errorf("proxmox_wake %s: %s", h.Guest, errProbeUDP)
+	}
 	if h.EventsPath != "" && !strings.HasPrefix(h.EventsPath, "/") {
 		return fmt.Errorf("proxmox_wake: events_path %q must start with /", h.EventsPath)
 	}
@@ -181,6 +184,9 @@ func (h *WakeHandler) Validate() error {
 	}
 	return h.validateTag()
 }
+
+// errProbeUDP refuses the udp probe: an HTTP service answers on TCP.
+var errProbeUDP = errors.New("probe udp is for layer4's proxmox_wake: an HTTP service is probed with tcp or http")
 
 // splitGuest splits a guest reference "<cluster>/<vmid|name>".
 func splitGuest(guest string) (cluster, ref string, err error) {

@@ -1,7 +1,9 @@
 package wake
 
 import (
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -38,11 +40,16 @@ type GuestOptions struct {
 	// layer4: required).
 	Port int `json:"port,omitempty"`
 	// Probe is tcp (default: Port accepts a connection), http (HTTP
-	// handler only) or none (ready once running; for a UDP-only service,
-	// with ready_after).
+	// handler only), udp (layer4 only: ProbeSend is answered) or none
+	// (ready once running; with ready_after for a UDP service that
+	// answers nothing).
 	Probe string `json:"probe,omitempty"`
 	// ProbePath is the path of the http probe, which expects a 2xx or 3xx.
 	ProbePath string `json:"probe_path,omitempty"`
+	// ProbeSend is the datagram the udp probe sends, in hex: a query the
+	// service answers once ready (a game server's status query, a DNS
+	// question). Any answer within a second means ready.
+	ProbeSend string `json:"probe_send,omitempty"`
 	// ProbeInterval is the period of readiness probes (100ms).
 	ProbeInterval caddy.Duration `json:"probe_interval,omitempty"`
 	// ReadyAfter is a settle delay after the probe first passes.
@@ -120,6 +127,16 @@ func (o GuestOptions) GuestConfig() (lxc.GuestConfig, error) {
 	if o.MaxPending < 0 || o.HoldTimeout < 0 {
 		return cfg, errors.New("max_pending and hold_timeout must not be negative")
 	}
+	if o.ProbeSend != "" || o.Probe == lxc.ProbeUDP {
+		if o.Probe != lxc.ProbeUDP || o.ProbePath != "" {
+			return cfg, errors.New("probe_send is the udp probe's datagram, and the udp probe takes no path")
+		}
+		b, err := hex.DecodeString(o.ProbeSend)
+		if err != nil {
+			return cfg, fmt.Errorf("probe_send: want the datagram in hex: %w", err)
+		}
+		cfg.ProbePath = string(b)
+	}
 	for _, b := range o.BusyIf {
 		if b != nil {
 			cfg.BusyIf = append(cfg.BusyIf, b.rule())
@@ -152,7 +169,7 @@ func (o GuestOptions) GuestConfig() (lxc.GuestConfig, error) {
 //	stop_timeout <duration>          # 1m, graceful shutdown before forcing
 //	address <host>                   # skip discovery
 //	port <port>
-//	probe tcp | http [<path>] | none
+//	probe tcp | http [<path>] | udp <hex datagram> | none
 //	probe_interval <duration>        # 100ms
 //	ready_after <duration>
 //	retry_backoff <duration> [<max>] # 10s 5m
@@ -205,11 +222,19 @@ func (o *GuestOptions) UnmarshalOption(d *caddyfile.Dispenser, opt string) (know
 			return true, d.ArgErr()
 		}
 		o.Probe = args[0]
-		if len(args) == 2 {
-			if o.Probe != lxc.ProbeHTTP {
-				return true, d.Errf("only the http probe takes a path")
-			}
+		switch {
+		case len(args) == 1 && o.Probe == lxc.ProbeUDP:
+			return true, d.Errf("probe udp needs the datagram to send, in hex: a query the service answers")
+		case len(args) == 1:
+		case o.Probe == lxc.ProbeHTTP:
 			o.ProbePath = args[1]
+		case o.Probe == lxc.ProbeUDP:
+			if _, err := hex.DecodeString(args[1]); err != nil {
+				return true, d.Errf("probe udp: want the datagram in hex, not '%s'", args[1])
+			}
+			o.ProbeSend = args[1]
+		default:
+			return true, d.Errf("only the http probe takes a path, and the udp probe a datagram")
 		}
 	case "keep_warm", "depends_on", "busy_if":
 		args := d.RemainingArgs()

@@ -18,7 +18,7 @@ import (
 //		stop_method shutdown|stop|suspend
 //		stop_timeout <duration>          # 1m, graceful shutdown before forcing
 //		address <host>                   # skip discovery
-//		probe tcp | none                 # none (with ready_after) for UDP-only services
+//		probe tcp | udp <hex> | none     # udp: a query the UDP service answers; none: with ready_after
 //		probe_interval <duration>        # 100ms
 //		ready_after <duration>
 //		retry_backoff <duration> [<max>] # 10s 5m

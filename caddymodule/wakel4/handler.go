@@ -46,8 +46,8 @@ type Handler struct {
 	Guest string `json:"guest"`
 	// GuestOptions are how the guest is woken, checked and put to sleep,
 	// as for the HTTP proxmox_wake; port is required. The tcp probe (the
-	// default) or none serve here: an http probe belongs to the HTTP
-	// handler. stream_idle_timeout bounds how long a silent connection
+	// default), udp (a UDP service that answers a query) or none serve
+	// here: an http probe belongs to the HTTP handler. stream_idle_timeout bounds how long a silent connection
 	// counts as activity.
 	wake.GuestOptions
 	// MaxDatagrams caps the datagrams held per UDP flow while the guest
@@ -139,7 +139,7 @@ func (h *Handler) Validate() error {
 
 // errProbeHTTP refuses the http probe: the port is a TCP or UDP service,
 // not necessarily one that speaks HTTP in clear.
-var errProbeHTTP = errors.New("probe http is for the HTTP proxmox_wake: probe a layer4 service with tcp, or none with ready_after")
+var errProbeHTTP = errors.New("probe http is for the HTTP proxmox_wake: probe a layer4 service with tcp, udp <datagram>, or none with ready_after")
 
 // splitGuest splits "<cluster>/<vmid|name>". Placeholders are refused: a
 // connection has no host name or path to pick a guest by, and a guest

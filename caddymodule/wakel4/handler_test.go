@@ -333,6 +333,57 @@ func TestUDPFlowWakesAndDeliversHeldDatagrams(t *testing.T) {
 	}
 }
 
+// The udp probe: a game server that takes a while to load its world
+// after the guest runs is ready once it answers a query, so the first
+// datagram of a flow reaches it and is answered. (With probe none, the
+// guest would count as ready on running, and that datagram would meet a
+// closed port.)
+func TestUDPProbeWaitsForTheService(t *testing.T) {
+	e := newL4Env(t, pvesim.GuestSpec{BootDelay: 600 * time.Millisecond})
+	testcaddy.Start(t, fmt.Sprintf(`{
+	admin off
+	storage file_system %s
+	proxmox {
+		cluster %s {
+			url %s
+			token_id %s
+			token_secret %s
+			poll_interval 100ms
+		}
+	}
+	layer4 {
+		udp/127.0.0.1:%d {
+			route {
+				proxmox_wake %s/100 %d {
+					probe udp %x
+					probe_interval 50ms
+					task_poll_interval 20ms
+					wake_timeout 10s
+				}
+				proxy {l4.proxmox.upstream}
+			}
+		}
+	}
+}
+`, t.TempDir(), e.cluster, e.apiURL, e.sim.TokenID(), e.sim.TokenSecret(), e.listenUD, e.cluster, e.udpPort, "status?"))
+	conn, err := net.Dial("udp", "127.0.0.1:"+strconv.Itoa(e.listenUD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	began := time.Now()
+	fmt.Fprint(conn, "first")
+	_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	if err != nil || string(buf[:n]) != "first" {
+		t.Fatalf("the first datagram: %q %v (guest %s)", buf[:n], err, e.sim.Status(100))
+	}
+	if took := time.Since(began); took < 600*time.Millisecond {
+		t.Fatalf("answered after %v, before the service could listen", took)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		h    Handler
@@ -351,7 +402,11 @@ func TestValidate(t *testing.T) {
 		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, PreStopCheck: "ftp://x/"}}, "pre_stop_check"},
 		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, BusyIf: []*wake.BusyIf{{}}}}, "busy_if"},
 		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, StreamIdleTimeout: -1}}, "stream_idle_timeout"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 27015, Probe: "udp"}}, "probe udp needs the datagram"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 27015, Probe: "udp", ProbeSend: "xyz"}}, "probe_send: want the datagram in hex"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 27015, Probe: "tcp", ProbeSend: "00"}}, "probe_send is the udp probe's datagram"},
 		{Handler{Guest: "lab/web", GuestOptions: wake.GuestOptions{Port: 22, Probe: "none"}}, ""},
+		{Handler{Guest: "lab/web", GuestOptions: wake.GuestOptions{Port: 27015, Probe: "udp", ProbeSend: "ff00"}}, ""},
 	} {
 		err := tc.h.Validate()
 		if tc.want == "" {
