@@ -26,5 +26,8 @@ XCADDY_SKIP_CLEANUP=${XCADDY_SKIP_CLEANUP:-0} xcaddy build "$CADDY_VERSION" \
 	--with "github.com/mholt/caddy-l4@${L4_VERSION}" \
 	"${replaces[@]}"
 ./caddy version
-./caddy list-modules | grep -E 'proxmox' || { echo "proxmox modules missing from ./caddy" >&2; exit 1; }
-./caddy list-modules | grep -qx 'layer4.handlers.proxy' || { echo "caddy-l4's proxy missing from ./caddy" >&2; exit 1; }
+# Read the list once: grep -q would stop reading early, and pipefail would
+# then count list-modules' broken pipe as a failure.
+modules=$(./caddy list-modules)
+grep -E 'proxmox' <<<"$modules" || { echo "proxmox modules missing from ./caddy" >&2; exit 1; }
+grep -qx 'layer4.handlers.proxy' <<<"$modules" || { echo "caddy-l4's proxy missing from ./caddy" >&2; exit 1; }
