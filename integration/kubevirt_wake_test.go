@@ -86,15 +86,18 @@ func TestWakeKubeVirtVMThroughOwnAPI(t *testing.T) {
 }
 
 // TestWakeKubeVirtVMStaticCloudInit: the same with a VM as
-// proxmox_api stores one made through it (Terraform, Ansible): its NIC is
-// PVE's net0 (matched by its MAC), agent: 1, and cloud-init's ipconfig0 is
+// proxmox_api stores one made through it (Terraform, Ansible): named
+// web, its NIC PVE's net0 (matched by its MAC), agent: 1, and cloud-init's ipconfig0 is
 // a static address on the pod network: KubeVirt's masquerade address
 // 10.0.2.2, the guest's address inside its pod, not one Caddy can reach.
 // The guest agent's address for that MAC (the pod IP) is the one
 // proxied to.
 func TestWakeKubeVirtVMStaticCloudInit(t *testing.T) {
 	wakeKubeVirtVM(t, func(vm *kubevirtv1.VirtualMachine) {
-		vm.Annotations = map[string]string{translate.AnnotationConfig: `{"agent":"1","ipconfig0":"ip=10.0.2.2/24,gw=10.0.2.1"}`}
+		vm.Annotations = map[string]string{
+			translate.AnnotationName:   "web",
+			translate.AnnotationConfig: `{"agent":"1","ipconfig0":"ip=10.0.2.2/24,gw=10.0.2.1"}`,
+		}
 		spec := &vm.Spec.Template.Spec
 		spec.Domain.Devices.Interfaces[0].Name = "net0"
 		spec.Domain.Devices.Interfaces[0].MacAddress = "02:7a:c3:00:00:01"
