@@ -135,9 +135,16 @@ func (c *Cluster) StopAfterStart(ctx context.Context, g Guest, gracePeriod *int6
 			if t, err := c.Tasks.Get(ctx, upid); err != nil || !t.Running() {
 				return
 			}
-			o := c.vmis.get(g.Namespace(), g.Name())
-			vmi, _ := o.(*kubevirtv1.VirtualMachineInstance)
-			if vmi == nil || vmi.IsFinal() || !metav1.IsControlledBy(vmi, g.VM) {
+			// The start has happened once the instance exists and
+			// virt-controller has dropped the request: virt-api's stop
+			// patches the requests guarded by a test of their current
+			// value, which fails while the controller is still dropping it.
+			vm, _ := c.vms.get(g.Namespace(), g.Name()).(*kubevirtv1.VirtualMachine)
+			if vm == nil || vm.UID != g.VM.UID {
+				return
+			}
+			vmi, _ := c.vmis.get(g.Namespace(), g.Name()).(*kubevirtv1.VirtualMachineInstance)
+			if StartPending(vm) || vmi == nil || vmi.IsFinal() || !metav1.IsControlledBy(vmi, g.VM) {
 				continue
 			}
 			if err := c.StopVM(ctx, g, gracePeriod); err != nil {
