@@ -705,6 +705,10 @@ func TestTaskStopAfterFailedStart(t *testing.T) {
 	if err := c.StartVM(e.ctx, g); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, "the start request in the cache", func() (bool, string) {
+		g = mustGuest(t, c, 101)
+		return StartPending(g.VM), fmt.Sprint(g.VM.Status.StateChangeRequests)
+	})
 	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStoppedAfterStart, translate.TaskStop))
 	if err != nil {
 		t.Fatal(err)
