@@ -39,12 +39,15 @@ func probeWait(elapsed, interval time.Duration) time.Duration {
 	return interval
 }
 
-// probe checks once that the guest's service answers.
+// probe checks once that the guest's service answers; path is the http
+// probe's path, or the datagram the udp probe sends.
 func probe(ctx context.Context, kind, host string, port int, path string) error {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	switch kind {
 	case ProbeNone:
 		return nil
+	case ProbeUDP:
+		return probeUDP(ctx, addr, []byte(path))
 	case ProbeHTTP:
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 		if err != nil {

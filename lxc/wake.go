@@ -291,6 +291,9 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 	host := cfg.Address
 	client := c.Client()
 	var nc *netConfig // read once, on the first try that can
+	// A static address the agent has not (yet) reported is taken once the
+	// service answers there (discoverQEMU).
+	confirm := func(h string) bool { return probe(ctx, cfg.Probe, h, cfg.Port, cfg.ProbePath) == nil }
 	for host == "" {
 		var a string
 		var err error
@@ -302,7 +305,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 			}
 		}
 		if nc != nil {
-			a, err = discoverAddress(ctx, client, t, *nc)
+			a, err = discoverAddress(ctx, client, t, *nc, confirm)
 		}
 		if err != nil {
 			if isPermission(err) {
@@ -326,14 +329,17 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 	g.mu.Unlock()
 	g.emit(Event{Phase: "address", Message: "Found the guest's address", Detail: "Address " + host, Progress: 65})
 
-	probing := time.Now()
-	for i := 1; ; i++ {
+	probing, shown, checks := time.Now(), time.Time{}, 0
+	for {
 		err := probe(ctx, cfg.Probe, host, cfg.Port, cfg.ProbePath)
 		if err == nil {
 			break
 		}
-		if i <= 3 || i%10 == 0 {
-			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", i), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90)})
+		// The loading page's line counts up at probe_interval's pace,
+		// however fast the probes of the first seconds run.
+		if time.Since(shown) >= cfg.ProbeInterval {
+			shown, checks = time.Now(), checks+1
+			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", checks), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, checks), Progress: min(65+checks, 90), Update: true})
 		}
 		if !sleepCtx(ctx, probeWait(time.Since(probing), cfg.ProbeInterval)) {
 			return deps, fmt.Errorf("service on %s port %d not answering: %v", host, cfg.Port, err)
