@@ -68,6 +68,13 @@ func (c *Cluster) Guests() []Guest {
 	return out
 }
 
+// GuestsVersion changes whenever what Guests and Guest return may have:
+// a VM or an instance was added, changed or removed (by an informer event
+// or by a write of this process), or the node table changed. Views built
+// from guests stay valid while it stays the same; usage readings have
+// their own (MetricsVersion).
+func (c *Cluster) GuestsVersion() uint64 { return c.guestGen.Load() }
+
 // Guest resolves a vmid. It returns ErrNotFound or an *AmbiguousError.
 func (c *Cluster) Guest(vmid int) (Guest, error) {
 	key, err := c.table().resolve(vmid)

@@ -103,7 +103,7 @@ func (c *Cluster) CreatePool(ctx context.Context, name, comment string) error {
 	if err != nil {
 		return err
 	}
-	c.namespaces.put(out)
+	c.namespaces.put(out, true)
 	return nil
 }
 
@@ -125,7 +125,7 @@ func (c *Cluster) SetPoolComment(ctx context.Context, name, comment string) erro
 	if err != nil {
 		return err
 	}
-	c.namespaces.put(out)
+	c.namespaces.put(out, false)
 	return nil
 }
 
@@ -189,7 +189,7 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 	now := metav1.Now()
 	gone.DeletionTimestamp = &now
 	gone.Status.Phase = corev1.NamespaceTerminating
-	c.namespaces.put(gone)
+	c.namespaces.put(gone, false)
 	return nil
 }
 

@@ -56,7 +56,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return snaps.VirtualMachineSnapshots(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, c.Tasks.touchBy(keys(byVM)))
 	c.restores = newStore(ctx, c.own.kube, c.opts.Namespaces, &snapshotv1.VirtualMachineRestore{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return snaps.VirtualMachineRestores(ns).List(ctx, o)
@@ -64,7 +64,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return snaps.VirtualMachineRestores(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, c.Tasks.touchBy(keys(byVM)))
 	return []*store{c.snapshots, c.restores}
 }
 
@@ -121,7 +121,7 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 	}
 	out, err := c.as(ctx).kv.SnapshotV1beta1().VirtualMachineSnapshots(g.Namespace()).Create(ctx, s, metav1.CreateOptions{})
 	if err == nil {
-		c.snapshots.put(out)
+		c.snapshots.put(out, true)
 	}
 	return out, err
 }

@@ -20,6 +20,25 @@ var probeClient = &http.Client{
 	Timeout: 3 * time.Second,
 }
 
+// A service usually answers within seconds of its guest running, and every
+// moment between its first answer and the next probe is added to each held
+// request: for fastProbeWindow after probing begins, probes run every
+// fastProbeInterval (a refused connection costs the guest next to
+// nothing); after that, every probe_interval.
+const (
+	fastProbeWindow   = 10 * time.Second
+	fastProbeInterval = 5 * time.Millisecond
+)
+
+// probeWait is the pause before the next probe, probing having begun
+// elapsed ago.
+func probeWait(elapsed, interval time.Duration) time.Duration {
+	if elapsed < fastProbeWindow {
+		return min(interval, fastProbeInterval)
+	}
+	return interval
+}
+
 // probe checks once that the guest's service answers; path is the http
 // probe's path, or the datagram the udp probe sends.
 func probe(ctx context.Context, kind, host string, port int, path string) error {

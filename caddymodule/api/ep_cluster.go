@@ -40,25 +40,40 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 		return nil, paramErr("type", "value '%s' does not have a value in the enumeration 'vm, storage, node, sdn'", typ)
 	}
 	now := time.Now()
-	out := []any{}
+	var rows []*guestRow
 	if typ == "" || typ == "vm" || typ == "qemu" {
-		for _, g := range h.visibleGuests(q) {
-			out = append(out, vmResource(g, factsOf(q.c, g, now), h.poolOf(g.Namespace())))
+		rows = h.visibleRows(q, h.vmRows(q.c).rows(q.c))
+	}
+	// VM rows are copied from the row cache; the few node and storage rows
+	// are encoded here.
+	body := newBody(len(rows)*rowSizeHint + 4096)
+	body.b = append(body.b, '[')
+	first := true
+	next := func() {
+		if !first {
+			body.b = append(body.b, ',')
 		}
+		first = false
+	}
+	for _, row := range rows {
+		next()
+		body.b = row.appendResource(body.b, now)
 	}
 	if typ == "" || typ == "node" {
 		for _, n := range h.nodes() {
 			if !h.seesNode(q, n.Name) {
 				continue
 			}
-			out = append(out, nodeResource(nodeFacts(q.c, n, now)))
+			next()
+			body.appendJSON(nodeResource(nodeFacts(q.c, n, now)))
 		}
 	}
 	if typ == "" || typ == "storage" {
 		storages := h.visibleStorage(q)
 		for _, n := range h.nodes() {
 			for _, s := range storages {
-				out = append(out, map[string]any{
+				next()
+				body.appendJSON(map[string]any{
 					"id": "storage/" + n.Name + "/" + s.Storage, "type": "storage", "node": n.Name,
 					"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,
 					"shared": s.Shared, "disk": s.Used, "maxdisk": s.Total,
@@ -66,7 +81,8 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 			}
 		}
 	}
-	return out, nil
+	body.b = append(body.b, ']')
+	return body, nil
 }
 
 // getClusterStatus answers go-proxmox's Cluster() and Ansible's inventory:
