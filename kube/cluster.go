@@ -73,6 +73,8 @@ type Cluster struct {
 	logger *zap.Logger
 
 	vms, vmis, nodes, storageClasses, namespaces, tasks, pvcs *store
+	// poolRecords are the ConfigMaps holding pools (task namespace).
+	poolRecords *store
 	// snapshots and restores are nil when the cluster lacks the API;
 	// migrations when the plugin may not list them.
 	snapshots, restores, migrations *store
@@ -216,6 +218,16 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
+	c.poolRecords = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = translate.LabelPoolRecord + "=true"
+			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = translate.LabelPoolRecord + "=true"
+			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, nil, stripMeta, nil)
 
 	c.pvcs = newStore(runCtx, c.own.kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
@@ -275,7 +287,7 @@ func (c *Cluster) Synced() bool {
 }
 
 func (c *Cluster) allStores() []*store {
-	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs}
+	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs, c.poolRecords}
 	if c.namespaces != nil {
 		out = append(out, c.namespaces)
 	}
@@ -288,7 +300,7 @@ func (c *Cluster) Logger() *zap.Logger { return c.logger }
 // TaskNamespace is where task records are kept.
 func (c *Cluster) TaskNamespace() string { return c.opts.TaskNamespace }
 
-// Namespaces lists the namespaces served (the PVE pools).
+// Namespaces lists the namespaces served.
 func (c *Cluster) Namespaces() []string {
 	if len(c.opts.Namespaces) > 0 {
 		return append([]string(nil), c.opts.Namespaces...)

@@ -41,9 +41,30 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 	}
 	now := time.Now()
 	out := []any{}
+	// A pool shows (as a row, and on its VMs' rows) to who may audit it.
+	seesPool := map[string]bool{}
+	if typ == "" {
+		for _, p := range h.pools(q.c) {
+			if seesPool[p.id] = h.seesPool(q, p); seesPool[p.id] {
+				out = append(out, map[string]any{"id": "/pool/" + p.id, "type": "pool", "pool": p.id})
+			}
+		}
+	}
 	if typ == "" || typ == "vm" || typ == "qemu" {
 		for _, g := range h.visibleGuests(q) {
-			out = append(out, vmResource(g, factsOf(q.c, g, now), h.poolOf(g.Namespace())))
+			pool := h.guestPool(q.c, g)
+			if pool != "" {
+				ok, known := seesPool[pool]
+				if !known {
+					p, _ := h.lookupPool(q.c, pool)
+					ok = h.seesPool(q, p)
+					seesPool[pool] = ok
+				}
+				if !ok {
+					pool = ""
+				}
+			}
+			out = append(out, vmResource(g, factsOf(q.c, g, now), pool))
 		}
 	}
 	if typ == "" || typ == "node" {
@@ -58,15 +79,21 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 		storages := h.visibleStorage(q)
 		for _, n := range h.nodes() {
 			for _, s := range storages {
-				out = append(out, map[string]any{
-					"id": "storage/" + n.Name + "/" + s.Storage, "type": "storage", "node": n.Name,
-					"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,
-					"shared": s.Shared, "disk": s.Used, "maxdisk": s.Total,
-				})
+				out = append(out, storageResource(n.Name, s))
 			}
 		}
 	}
 	return out, nil
+}
+
+// storageResource is a storage's row on a node, as /cluster/resources and
+// pool members show it.
+func storageResource(node string, s storageRow) map[string]any {
+	return map[string]any{
+		"id": "storage/" + node + "/" + s.Storage, "type": "storage", "node": node,
+		"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,
+		"shared": s.Shared, "disk": s.Used, "maxdisk": s.Total,
+	}
 }
 
 // getClusterStatus answers go-proxmox's Cluster() and Ansible's inventory:
