@@ -389,6 +389,9 @@ func interfaceStatus(vmi *virtv1.VirtualMachineInstance, agent bool) []virtv1.Vi
 				fmt.Sprintf("10.244.%d.%d", h[3], 2+int(h[4])%252),
 				fmt.Sprintf("fd00:10:244:%x::%x", h[3], 2+int(h[4])%252),
 			}
+			if ip := vmi.Annotations[AnnotationPodIP]; ip != "" {
+				ips[0] = ip
+			}
 		} else {
 			st.PodInterfaceName = fmt.Sprintf("pod%x", h[5:10])
 			if agent {

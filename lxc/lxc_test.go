@@ -62,6 +62,9 @@ func TestWakeIdleCycle(t *testing.T) {
 	}
 	defer sim.Close()
 	logger := zaptest.NewLogger(t)
+	// Acquiring a cluster and a guest must not start anything: no
+	// goroutine exists afterwards that could call the API before Start.
+	before := testutil.GoroutineBaseline()
 	c, err := AcquireCluster(ClusterConfig{Name: "unit", URLs: []string{url}, TokenID: sim.TokenID(), TokenSecret: sim.TokenSecret(), PollInterval: 50 * time.Millisecond}, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +77,7 @@ func TestWakeIdleCycle(t *testing.T) {
 	}
 	defer b.Release()
 	g := b.Guest()
-	time.Sleep(150 * time.Millisecond)
+	before.Check(t, 0)
 	if sim.TotalCalls() != 0 {
 		t.Fatalf("API called before Start: %v", sim.CallCounts())
 	}
@@ -100,10 +103,13 @@ func TestWakeIdleCycle(t *testing.T) {
 	if up, ok := g.Upstream(0); !ok || up != net.JoinHostPort("127.0.0.150", fmt.Sprint(port)) {
 		t.Fatalf("upstream %q %v", up, ok)
 	}
+	// A request in flight past the idle timeout (time is the input here):
+	// the idle check, run now, must leave the guest up.
 	end := g.Begin(false)
-	time.Sleep(400 * time.Millisecond)
-	if sim.Status(150) != "running" {
-		t.Fatal("stopped while a request was in flight")
+	time.Sleep(cfg.IdleTimeout + 50*time.Millisecond)
+	g.idleCheck()
+	if st := g.State(); st == StateStopping || st == StateStopped || sim.Status(150) != "running" || sim.ActionCalls(150, "shutdown") != 0 {
+		t.Fatalf("stopped while a request was in flight: state %s, status %s, calls %v", st, sim.Status(150), sim.CallCounts())
 	}
 	end()
 	testutil.WaitFor(t, 3*time.Second, "the idle stop", func() bool { return sim.Status(150) == "stopped" && g.State() == StateStopped })

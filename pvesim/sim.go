@@ -90,6 +90,11 @@ type GuestSpec struct {
 	Handler http.Handler
 	// Tags are the guest's Proxmox tags (its config's "tags").
 	Tags []string
+	// EchoTCP are ports on IP where the guest also serves a TCP echo
+	// while it serves HTTP (an SSH server or a database, for layer4
+	// wakes); EchoUDP the same for a UDP echo (a game server).
+	EchoTCP []int
+	EchoUDP []int
 }
 
 // Iface is an interface inside a guest that PVE's config does not list.

@@ -230,7 +230,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 			return nil, e
 		}
 		line := fmt.Sprintf("stopping VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
-		if !g.State().Running() && g.VMI == nil {
+		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
 			return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line})
 		}
 		zero := int64(0)
@@ -248,8 +248,10 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		line := fmt.Sprintf("shutting down VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
 		// As on PVE, shutting down a stopped VM is a task that ends OK
 		// (Terraform shuts down right after reading the status, racing
-		// a guest that powers off by itself).
-		if !g.State().Running() && g.VMI == nil {
+		// a guest that powers off by itself). A finished instance that
+		// KubeVirt has not deleted yet is stopped too: virt-api answers a
+		// stop of it with 409 "VM is not running".
+		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
 			return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line})
 		}
 		var grace *int64

@@ -200,13 +200,17 @@ func TestOnePollPerIntervalFor100Guests(t *testing.T) {
 		sites = append(sites, e.site(fmt.Sprintf("g%d.test", i), fmt.Sprint(1000+i), "", ""))
 	}
 	e.start(sites...)
-	time.Sleep(300 * time.Millisecond)
+	e.waitPolled() // start-up (node discovery) is over
 	e.sim.ResetCalls()
-	time.Sleep(2 * time.Second)
+	// Twenty polls at 100 ms: they take at least ~1.9 s (a load can only
+	// stretch that) whatever the number of guests, and nothing else is
+	// asked of the cluster meanwhile.
+	began := time.Now()
+	waitFor(t, 30*time.Second, "20 polls", func() bool { return e.polls() >= 20 })
+	took := time.Since(began)
 	counts := e.sim.CallCounts()
-	polls := counts["GET /cluster/resources"]
-	if polls < 15 || polls > 22 || len(counts) != 1 {
-		t.Fatalf("in 2s at 100ms: %v", counts)
+	if polls := counts["GET /cluster/resources"]; took < 1800*time.Millisecond || polls > 21 || len(counts) != 1 {
+		t.Fatalf("%d polls in %v at 100ms for 100 guests: %v", polls, took, counts)
 	}
 }
 
