@@ -21,6 +21,7 @@ import (
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 const (
@@ -81,6 +82,32 @@ func fromUnstructured(t *testing.T, o *unstructured.Unstructured, into any) {
 // as the wake token's Kubernetes user, with deploy/caddy-wake.yaml's
 // least-privilege Role.
 func TestWakeKubeVirtVMThroughOwnAPI(t *testing.T) {
+	wakeKubeVirtVM(t, nil)
+}
+
+// TestWakeKubeVirtVMStaticCloudInit: the same with a VM as
+// proxmox_api stores one made through it (Terraform, Ansible): named
+// web, its NIC PVE's net0 (matched by its MAC), agent: 1, and cloud-init's ipconfig0 is
+// a static address on the pod network: KubeVirt's masquerade address
+// 10.0.2.2, the guest's address inside its pod, not one Caddy can reach.
+// The guest agent's address for that MAC (the pod IP) is the one
+// proxied to.
+func TestWakeKubeVirtVMStaticCloudInit(t *testing.T) {
+	wakeKubeVirtVM(t, func(vm *kubevirtv1.VirtualMachine) {
+		vm.Annotations = map[string]string{
+			translate.AnnotationName:   "web",
+			translate.AnnotationConfig: `{"agent":"1","ipconfig0":"ip=10.0.2.2/24,gw=10.0.2.1"}`,
+		}
+		spec := &vm.Spec.Template.Spec
+		spec.Domain.Devices.Interfaces[0].Name = "net0"
+		spec.Domain.Devices.Interfaces[0].MacAddress = "02:7a:c3:00:00:01"
+		spec.Networks[0].Name = "net0"
+	})
+}
+
+// wakeKubeVirtVM runs the wake of a kubectl-made VM "web", changed by
+// customize, through ./caddy's own proxmox_api.
+func wakeKubeVirtVM(t *testing.T, customize func(vm *kubevirtv1.VirtualMachine)) {
 	ctx := context.Background()
 	ns := env.Namespace(t, "wake")
 	wakeRBAC(t, ns)
@@ -115,6 +142,9 @@ func TestWakeKubeVirtVMThroughOwnAPI(t *testing.T) {
 				Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
 			},
 		}},
+	}
+	if customize != nil {
+		customize(vm)
 	}
 	if _, err := env.KubeVirt.KubevirtV1().VirtualMachines(ns).Create(ctx, vm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
