@@ -397,6 +397,17 @@ func (ts *Tasks) prune(ctx context.Context, now time.Time) {
 	}
 }
 
+// stopRequestPending tells whether vm has a stop request virt-controller
+// has not yet acted on and cleared.
+func stopRequestPending(vm *kubevirtv1.VirtualMachine) bool {
+	for _, r := range vm.Status.StateChangeRequests {
+		if r.Action == kubevirtv1.StopRequest {
+			return true
+		}
+	}
+	return false
+}
+
 // evaluate decides whether a running task's goal is met.
 func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log []string) {
 	var vm *kubevirtv1.VirtualMachine
@@ -419,7 +430,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, translate.ExitOK, nil
 		}
 	case GoalStopped:
-		if vm == nil || final {
+		// virt-api refuses a start while a stop request is pending
+		// ("stop/start already underway"); virt-controller clears it only
+		// once the instance is gone. Until then the guest is not stopped
+		// as PVE means it: a start right after the task must work.
+		if vm == nil || (final && !stopRequestPending(vm)) {
 			return true, translate.ExitOK, nil
 		}
 	case GoalProvisioned:
@@ -432,8 +447,8 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		default:
 			// KubeVirt may report Stopped before it has looked at the
-			// volumes; their claims existing is what says they are there.
-			if ts.c.claimsExist(vm) {
+			// volumes.
+			if ts.c.volumesProvisioned(vm) {
 				return true, translate.ExitOK, nil
 			}
 		}
