@@ -47,6 +47,10 @@ const (
 	GoalPaused    Goal = "paused"    // the instance is paused
 	GoalResumed   Goal = "resumed"   // the instance runs unpaused
 	GoalRestarted Goal = "restarted" // a new instance (not PrevVMI) runs
+	// GoalStoppedAfterStart: a stop asked for while KubeVirt still had a
+	// start request to act on (see Cluster.StopAfterStart). No instance
+	// means stopped only once the start request is gone or has failed.
+	GoalStoppedAfterStart Goal = "stopped-after-start"
 	// GoalProvisioned: the VM's volumes are ready (no longer Provisioning).
 	GoalProvisioned Goal = "provisioned"
 	// GoalSnapshotReady, GoalSnapshotGone and GoalRestored are about the
@@ -437,6 +441,14 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vm == nil || (final && !stopRequestPending(vm)) {
 			return true, translate.ExitOK, nil
 		}
+	case GoalStoppedAfterStart:
+		// virt-controller drops the start request in the status update
+		// that sets Created: a cached VM without the request but not yet
+		// its instance (the caches follow separate watches) reads Created.
+		starting := StartPending(vm) || vm.Status.Created
+		if vm == nil || (final && (!starting || reason(vm) != "")) {
+			return true, translate.ExitOK, nil
+		}
 	case GoalProvisioned:
 		if vm == nil {
 			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
@@ -567,6 +579,20 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	return false, "", nil
 }
 
+// fail ends the running task upid with exit, as its worker would.
+func (ts *Tasks) fail(ctx context.Context, upid, exit string) {
+	u, err := translate.ParseUPID(upid)
+	if err != nil {
+		return
+	}
+	t := ts.lookup(ctx, u)
+	if t == nil || !t.Running() {
+		return
+	}
+	t.finish(exit, time.Now())
+	ts.persist(ctx, t)
+}
+
 func reason(vm *kubevirtv1.VirtualMachine) string {
 	for _, c := range vm.Status.Conditions {
 		if c.Type == kubevirtv1.VirtualMachineFailure && c.Message != "" {
@@ -665,7 +691,7 @@ func powerSense(g Goal) int {
 	switch g {
 	case GoalRunning, GoalRestarted, GoalResumed:
 		return 1
-	case GoalStopped:
+	case GoalStopped, GoalStoppedAfterStart:
 		return 2
 	case GoalPaused:
 		return 3
