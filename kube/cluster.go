@@ -74,6 +74,8 @@ type Cluster struct {
 	logger *zap.Logger
 
 	vms, vmis, nodes, storageClasses, namespaces, tasks, pvcs *store
+	// poolRecords are the ConfigMaps holding pools (task namespace).
+	poolRecords *store
 	// snapshots and restores are nil when the cluster lacks the API;
 	// migrations when the plugin may not list them.
 	snapshots, restores, migrations *store
@@ -82,7 +84,7 @@ type Cluster struct {
 
 	vmidGen, nodeGen atomic.Uint64
 	// guestGen counts changes to what Guests shows (VMs, their instances,
-	// the node table); metricsGen counts usage readings published.
+	// the node table, the pools); metricsGen counts usage readings published.
 	guestGen, metricsGen atomic.Uint64
 	mu                   sync.Mutex // serialises table rebuilds
 	vmidTab              atomic.Pointer[vmidTable]
@@ -165,6 +167,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 		c.guestGen.Add(1)
 		vmTasks(old, new)
 	}
+	// Which pool a guest shows depends on the pools that exist (records,
+	// and earlier versions' namespaces).
+	poolsChanged := func(old, new any) { c.guestGen.Add(1) }
 	nodeChanged := func(old, new any) {
 		o, _ := old.(*corev1.Node)
 		n, _ := new.(*corev1.Node)
@@ -216,7 +221,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
 				return c.own.kube.CoreV1().Namespaces().Watch(ctx, o)
 			},
-		}, c.opts.Resync, nil, stripMeta, nil)
+		}, c.opts.Resync, nil, stripMeta, poolsChanged)
 	}
 	c.tasks = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
@@ -228,6 +233,16 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
+	c.poolRecords = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = translate.LabelPoolRecord + "=true"
+			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = translate.LabelPoolRecord + "=true"
+			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, nil, stripMeta, poolsChanged)
 
 	c.pvcs = newStore(runCtx, c.own.kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
@@ -287,7 +302,7 @@ func (c *Cluster) Synced() bool {
 }
 
 func (c *Cluster) allStores() []*store {
-	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs}
+	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs, c.poolRecords}
 	if c.namespaces != nil {
 		out = append(out, c.namespaces)
 	}
@@ -312,7 +327,7 @@ func (c *Cluster) Logger() *zap.Logger { return c.logger }
 // TaskNamespace is where task records are kept.
 func (c *Cluster) TaskNamespace() string { return c.opts.TaskNamespace }
 
-// Namespaces lists the namespaces served (the PVE pools).
+// Namespaces lists the namespaces served.
 func (c *Cluster) Namespaces() []string {
 	if len(c.opts.Namespaces) > 0 {
 		return append([]string(nil), c.opts.Namespaces...)

@@ -23,8 +23,16 @@ type Guest struct {
 	VMI  *kubevirtv1.VirtualMachineInstance // nil when no instance exists
 }
 
-// Namespace is the VM's namespace (its PVE pool).
+// Namespace is the VM's namespace.
 func (g Guest) Namespace() string { return g.VM.Namespace }
+
+// PoolAnnotation is the pool the VM names (translate.AnnotationPool, ""
+// for none); set is false without the annotation, when the namespace
+// decides.
+func (g Guest) PoolAnnotation() (pool string, set bool) {
+	pool, set = g.VM.Annotations[translate.AnnotationPool]
+	return pool, set
+}
 
 // Name is the VM's Kubernetes name.
 func (g Guest) Name() string { return g.VM.Name }

@@ -223,6 +223,19 @@ func (s *store) byIndex(index, value string) []any {
 	return out
 }
 
+// drop takes an object the apiserver just deleted out of the cache, so
+// that the client's next call does not find it; the informer's own delete
+// event finds nothing left to remove.
+func (s *store) drop(obj runtime.Object) {
+	m, ok := obj.(metav1.Object)
+	if s == nil || !ok {
+		return
+	}
+	if inf := s.informerFor(m.GetNamespace()); inf != nil {
+		_ = inf.GetStore().Delete(obj)
+	}
+}
+
 // stripMeta drops what the API never reads from cached objects: managed
 // fields and the kubectl last-applied copy are often larger than the spec.
 func stripMeta(obj any) (any, error) {

@@ -40,12 +40,22 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 		return nil, paramErr("type", "value '%s' does not have a value in the enumeration 'vm, storage, node, sdn'", typ)
 	}
 	now := time.Now()
+	// A pool shows (as a row, and on its VMs' rows) to who may audit it.
+	seesPool := map[string]bool{}
+	var poolRows []map[string]any
+	if typ == "" {
+		for _, p := range h.pools(q.c) {
+			if seesPool[p.id] = h.seesPool(q, p); seesPool[p.id] {
+				poolRows = append(poolRows, map[string]any{"id": "/pool/" + p.id, "type": "pool", "pool": p.id})
+			}
+		}
+	}
 	var rows []*guestRow
 	if typ == "" || typ == "vm" || typ == "qemu" {
 		rows = h.visibleRows(q, h.vmRows(q.c).rows(q.c))
 	}
-	// VM rows are copied from the row cache; the few node and storage rows
-	// are encoded here.
+	// VM rows are copied from the row cache; the few pool, node and storage
+	// rows are encoded here.
 	body := newBody(len(rows)*rowSizeHint + 4096)
 	body.b = append(body.b, '[')
 	first := true
@@ -55,9 +65,13 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 		}
 		first = false
 	}
+	for _, p := range poolRows {
+		next()
+		body.appendJSON(p)
+	}
 	for _, row := range rows {
 		next()
-		body.b = row.appendResource(body.b, now)
+		body.b = row.appendResource(body.b, now, h.seesGuestPool(q, row.in.pool, seesPool))
 	}
 	if typ == "" || typ == "node" {
 		for _, n := range h.nodes() {
@@ -73,16 +87,37 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 		for _, n := range h.nodes() {
 			for _, s := range storages {
 				next()
-				body.appendJSON(map[string]any{
-					"id": "storage/" + n.Name + "/" + s.Storage, "type": "storage", "node": n.Name,
-					"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,
-					"shared": s.Shared, "disk": s.Used, "maxdisk": s.Total,
-				})
+				body.appendJSON(storageResource(n.Name, s))
 			}
 		}
 	}
 	body.b = append(body.b, ']')
 	return body, nil
+}
+
+// seesGuestPool tells whether q's caller may see pool on a VM's row;
+// seen memoises the answer per pool for one listing.
+func (h *APIHandler) seesGuestPool(q *request, pool string, seen map[string]bool) bool {
+	if pool == "" {
+		return true
+	}
+	ok, known := seen[pool]
+	if !known {
+		p, _ := h.lookupPool(q.c, pool)
+		ok = h.seesPool(q, p)
+		seen[pool] = ok
+	}
+	return ok
+}
+
+// storageResource is a storage's row on a node, as /cluster/resources and
+// pool members show it.
+func storageResource(node string, s storageRow) map[string]any {
+	return map[string]any{
+		"id": "storage/" + node + "/" + s.Storage, "type": "storage", "node": node,
+		"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,
+		"shared": s.Shared, "disk": s.Used, "maxdisk": s.Total,
+	}
 }
 
 // getClusterStatus answers go-proxmox's Cluster() and Ansible's inventory:

@@ -22,7 +22,7 @@ import (
 // for every caller; what each caller may see is decided per answer
 // (visibleRows), never stored.
 type guestRows struct {
-	poolOf func(ns string) string
+	poolOf func(c *kube.Cluster, g kube.Guest) string
 
 	mu    sync.Mutex // serialises rebuilds of the list
 	list  atomic.Pointer[rowList]
@@ -59,7 +59,9 @@ type guestRow struct {
 	acl   string     // the VM's ACL path, /vms/<vmid>
 	since time.Time  // running since; zero when uptime is 0
 
-	resource, status, current atomic.Pointer[encodedRow]
+	// resourceNoPool is the resource row for callers who may not see the
+	// VM's pool (PVE leaves the pool out for them).
+	resource, resourceNoPool, status, current atomic.Pointer[encodedRow]
 }
 
 // encodedRow is a row's JSON with the uptime value cut out.
@@ -72,11 +74,11 @@ type rowsKey struct{ defaultPool, defaultNamespace string }
 // vmRows is the row cache for the handler's cluster and pool settings.
 func (h *APIHandler) vmRows(c *kube.Cluster) *guestRows {
 	k := rowsKey{h.DefaultPool, h.defaultNamespace()}
-	return c.Memo(k, func() any { return &guestRows{poolOf: h.poolOf} }).(*guestRows)
+	return c.Memo(k, func() any { return &guestRows{poolOf: h.guestPool} }).(*guestRows)
 }
 
 func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
-	in := rowInputs{vmid: g.VMID, node: g.Node, pool: r.poolOf(g.Namespace()), vmUID: g.VM.UID, vmRV: g.VM.ResourceVersion}
+	in := rowInputs{vmid: g.VMID, node: g.Node, pool: r.poolOf(c, g), vmUID: g.VM.UID, vmRV: g.VM.ResourceVersion}
 	if g.VMI != nil {
 		in.vmiUID, in.vmiRV = g.VMI.UID, g.VMI.ResourceVersion
 	}
@@ -183,7 +185,11 @@ func (row *guestRow) encoded(slot *atomic.Pointer[encodedRow], build func() any)
 }
 
 // appendResource appends the /cluster/resources row.
-func (row *guestRow) appendResource(b []byte, now time.Time) []byte {
+func (row *guestRow) appendResource(b []byte, now time.Time, showPool bool) []byte {
+	if !showPool && row.in.pool != "" {
+		e := row.encoded(&row.resourceNoPool, func() any { return vmResource(row.g, row.f, "") })
+		return row.appendAt(b, e, now)
+	}
 	e := row.encoded(&row.resource, func() any { return vmResource(row.g, row.f, row.in.pool) })
 	return row.appendAt(b, e, now)
 }
@@ -266,7 +272,7 @@ func (h *APIHandler) visibleRows(q *request, rows []*guestRow) []*guestRow {
 		ns := row.ns
 		ok, known := byNS[ns]
 		if !h.perms.impersonate || !known {
-			ok = h.sees(q, row.acl, ns, "VM.Audit")
+			ok = h.sees(q, row.acl, ns, row.in.pool, "VM.Audit")
 			byNS[ns] = ok
 		}
 		if ok {

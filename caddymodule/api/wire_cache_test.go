@@ -289,7 +289,8 @@ func TestRowCacheBytes(t *testing.T) {
 				got  []byte
 				want any
 			}{
-				{"resource", row.appendResource(nil, now), vmResource(g, f, e.h.poolOf(g.Namespace()))},
+				{"resource", row.appendResource(nil, now, true), vmResource(g, f, e.h.guestPool(c, g))},
+				{"resource, pool hidden", row.appendResource(nil, now, false), vmResource(g, f, "")},
 				{"status", row.appendStatus(nil, now), vmStatus(g, f)},
 				{"current", r.row(c, g).appendCurrent(nil, now), vmCurrent(g, f)},
 			} {
