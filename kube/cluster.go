@@ -224,7 +224,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc}, stripMeta, func(any, any) { c.Tasks.poke() })
 	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
 	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
 		c.optional = append(c.optional, c.migrations)

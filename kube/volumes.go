@@ -161,3 +161,8 @@ func (c *Cluster) DeleteVolume(ctx context.Context, ns, name string) error {
 	}
 	return err
 }
+
+// StorageClass returns a cached StorageClass, or nil.
+func (c *Cluster) StorageClass(name string) *storagev1.StorageClass {
+	return cached[storagev1.StorageClass](c.storageClasses, "", name)
+}

@@ -346,8 +346,14 @@ func (p *drivePlan) diskClaim(d *drive) (name string, asDV bool, err error) {
 func (p *drivePlan) importDisk(d *drive, imp string) (string, error) {
 	m := newDiskRE.FindStringSubmatch(d.file)
 	src := strings.SplitN(imp, ":", 2)
+	if len(src) == 2 {
+		// An image of the directory storage is the claim holding it.
+		if f, ok := strings.CutPrefix(src[1], ContentImport+"/"); ok && f != "" && !strings.Contains(f, "/") {
+			src[1] = FileClaimName(ContentImport, f)
+		}
+	}
 	if len(src) != 2 || strings.Contains(src[1], "/") || m[2] == "" {
-		return "", fmt.Errorf("import-from '%s': only volumes of this cluster ('<storage>:<volume>') can be imported", imp)
+		return "", fmt.Errorf("import-from '%s': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported", imp)
 	}
 	storage := m[2]
 	if p.req.StorageExists != nil && !p.req.StorageExists(storage) {
@@ -359,7 +365,11 @@ func (p *drivePlan) importDisk(d *drive, imp string) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("import-from: volume '%s' does not exist", imp)
 		}
-		bytes = max(bytes, ci.Bytes)
+		if ci.ImageBytes > 0 {
+			bytes = max(bytes, ci.ImageBytes)
+		} else {
+			bytes = max(bytes, ci.Bytes)
+		}
 	}
 	bytes = wholeMiB(bytes)
 	name, err := p.newVolume()

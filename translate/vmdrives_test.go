@@ -400,6 +400,13 @@ func TestDiskClaim(t *testing.T) {
 	}
 }
 
+// imageClaims are claims holding images to import: one kept as a file
+// (its disk 3 GiB in a 4 GiB claim), one on a block volume.
+var imageClaims = claimsOf(map[string]ClaimInfo{
+	"import-noble-qcow2": {StorageClass: "local-lvm", Bytes: 4 * GiB, ImageBytes: 3 * GiB},
+	"import-block-raw":   {StorageClass: "local-lvm", Bytes: 5 * GiB},
+})
+
 func TestImportDisk(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -418,13 +425,18 @@ func TestImportDisk(t *testing.T) {
 		{"name in use elsewhere", "local-lvm:0", "local-lvm:golden-disk", seedClaims, takenBy(seedClaims, "vm-100-disk-0"),
 			"local-lvm:vm-100-disk-1,size=3G", 3 * GiB, ""},
 		{"not a volume id", "local-lvm:0", "golden-disk", seedClaims, nil, "", 0,
-			"import-from 'golden-disk': only volumes of this cluster ('<storage>:<volume>') can be imported"},
+			"import-from 'golden-disk': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported"},
 		{"a path", "local-lvm:0", "local:images/x.qcow2", seedClaims, nil, "", 0,
-			"import-from 'local:images/x.qcow2': only volumes of this cluster ('<storage>:<volume>') can be imported"},
+			"import-from 'local:images/x.qcow2': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported"},
 		{"no target storage", "1", "local-lvm:golden-disk", seedClaims, nil, "", 0,
-			"import-from 'local-lvm:golden-disk': only volumes of this cluster ('<storage>:<volume>') can be imported"},
+			"import-from 'local-lvm:golden-disk': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported"},
 		{"unknown storage", "nope:1", "local-lvm:golden-disk", seedClaims, nil, "", 0, "storage 'nope' does not exist"},
 		{"missing source", "local-lvm:1", "local-lvm:missing", seedClaims, nil, "", 0, "import-from: volume 'local-lvm:missing' does not exist"},
+		// An image of the directory storage: its claim, sized as the image's disk.
+		{"an import image", "local-lvm:0", "local:import/noble.qcow2", imageClaims, nil, "local-lvm:vm-100-disk-0,size=3G", 3 * GiB, ""},
+		{"an import image, larger", "local-lvm:8", "local:import/noble.qcow2", imageClaims, nil, "local-lvm:vm-100-disk-0,size=8G", 8 * GiB, ""},
+		{"an import image on block storage: the claim's size", "local-lvm:0", "local:import/block.raw", imageClaims, nil, "local-lvm:vm-100-disk-0,size=5G", 5 * GiB, ""},
+		{"a missing import image", "local-lvm:0", "local:import/none.qcow2", imageClaims, nil, "", 0, "import-from: volume 'local:import/none.qcow2' does not exist"},
 		{"names cannot be checked", "local-lvm:1", "local-lvm:golden-disk", seedClaims,
 			func(string) (bool, error) { return false, errors.New("apiserver down") }, "", 0,
 			"cannot tell whether volume name 'vm-100-disk-0' is free: apiserver down"},
@@ -450,7 +462,11 @@ func TestImportDisk(t *testing.T) {
 		}
 		tmpl := p.templates[name]
 		src := tmpl.Spec.Source
-		if _, want, _ := strings.Cut(tt.imp, ":"); src == nil || src.PVC == nil || src.PVC.Namespace != "default" || src.PVC.Name != want {
+		_, want, _ := strings.Cut(tt.imp, ":")
+		if f, ok := strings.CutPrefix(want, "import/"); ok {
+			want = FileClaimName(ContentImport, f)
+		}
+		if src == nil || src.PVC == nil || src.PVC.Namespace != "default" || src.PVC.Name != want {
 			t.Errorf("%s: source %+v", tt.name, src)
 		}
 		if got := DataVolumeSize(tmpl); got != tt.size || TemplateStorageClass(tmpl) != "local-lvm" {

@@ -539,8 +539,8 @@ func downloadNeeds(h *APIHandler, q *request) []check {
 // of the claim deleted.
 func volumeDeleteNeeds(h *APIHandler, q *request) []check {
 	ns := h.defaultNamespace()
-	if _, file, e := isoVolume(q); e == nil {
-		if pvc, e := h.isoClaim(q, q.r.PathValue("storage"), file); e == nil {
+	if _, content, file, e := h.fileVolumeOf(q); e == nil {
+		if pvc, e := h.fileClaim(q, content, file); e == nil {
 			ns = pvc.Namespace
 		}
 	}

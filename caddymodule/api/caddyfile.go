@@ -54,6 +54,9 @@ func parseAPICaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, err
 //			header <name> <value>
 //			interval <duration>
 //		}
+//		local_storage [<name>] {
+//			storage_class <name>
+//		}
 //	}
 func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -181,6 +184,10 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.Prometheus = p
+		case "local_storage":
+			if err := h.LocalStorage.unmarshal(d); err != nil {
+				return err
+			}
 		default:
 			return d.Errf("unknown proxmox_api option '%s'", d.Val())
 		}

@@ -81,6 +81,9 @@ type APIHandler struct {
 	// Prometheus, when set, supplies KubeVirt's and node_exporter's
 	// metrics and the rrddata history.
 	Prometheus *PrometheusConfig `json:"prometheus,omitempty"`
+	// LocalStorage is the directory storage that keeps ISO images, disk
+	// images to import and snippets as claims (PVE's "local").
+	LocalStorage LocalStorageConfig `json:"local_storage,omitempty"`
 
 	cluster *kube.Cluster
 	history *prom.History // nil without Prometheus
@@ -198,6 +201,9 @@ func (h *APIHandler) Validate() error {
 		if err := h.Prometheus.validate(); err != nil {
 			return err
 		}
+	}
+	if err := h.LocalStorage.validate(); err != nil {
+		return err
 	}
 	for _, t := range h.Tokens {
 		user, name, ok := strings.Cut(t.ID, "!")

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -230,4 +231,30 @@ func probeError(raw string, err error) *apiError {
 		err = ue.Err
 	}
 	return newError(http.StatusInternalServerError, "invalid server response: '500 Can't connect (%v)'", err)
+}
+
+// probeHead reads the first n bytes of a URL (a GET of that range; a server
+// that sends the whole file is read only that far), through the same guard
+// as probeURL.
+func probeHead(ctx context.Context, raw string, verify bool, timeout time.Duration, n int) ([]byte, error) {
+	if _, err := checkProbeURL(raw); err != nil {
+		return nil, err
+	}
+	cl := probeClient(verify, timeout)
+	defer cl.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", "Proxmox VE")
+	req.Header.Set("Range", fmt.Sprintf("bytes=0-%d", n-1))
+	res, err := cl.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusPartialContent {
+		return nil, &probeStatusError{status: res.Status}
+	}
+	return io.ReadAll(io.LimitReader(res.Body, int64(n)))
 }

@@ -4,27 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
-// CDIGroupVersion is CDI's API, which ISO downloads need.
+// CDIGroupVersion is CDI's API, which downloads and uploads need.
 const CDIGroupVersion = "cdi.kubevirt.io/v1beta1"
 
-// ErrNoCDI is returned by ISO downloads on a cluster without CDI.
-var ErrNoCDI = errors.New("ISO downloads need CDI (" + CDIGroupVersion + "), which this cluster does not serve")
+// ErrNoCDI is returned by downloads and uploads on a cluster without CDI.
+var ErrNoCDI = errors.New("downloads and uploads need CDI (" + CDIGroupVersion + "), which this cluster does not serve")
 
-// ISOExistsError is returned by CreateISO when the claim (or a DataVolume)
-// of that name already exists in the namespace.
-type ISOExistsError struct{ Namespace, Name string }
+// FileExistsError is returned by CreateFile when the claim (or a
+// DataVolume) of that name already exists in the namespace.
+type FileExistsError struct{ Namespace, Name string }
 
-func (e *ISOExistsError) Error() string {
+func (e *FileExistsError) Error() string {
 	return fmt.Sprintf("claim %s/%s already exists", e.Namespace, e.Name)
 }
 
@@ -37,7 +41,7 @@ func (c *Cluster) startCDIStore(ctx context.Context) []*store {
 	}
 	if !c.opts.AssumeKubeVirtAPIs {
 		if _, err := c.own.kube.Discovery().ServerResourcesForGroupVersion(CDIGroupVersion); err != nil {
-			c.logger.Info("CDI API not served; ISO downloads will say so", zap.Error(err))
+			c.logger.Info("CDI API not served; downloads and uploads will say so", zap.Error(err))
 			return nil
 		}
 	}
@@ -80,18 +84,18 @@ func (c *Cluster) ClaimPopulated(pvc *corev1.PersistentVolumeClaim) bool {
 	return dv.Status.Phase == cdiv1.Succeeded
 }
 
-// CreateISO creates the DataVolume of an ISO download, as the caller,
-// unless a claim or DataVolume of its name exists in its namespace (asked
-// of the apiserver, not the cache: PVE checks the file right before the
-// download), which is an *ISOExistsError.
-func (c *Cluster) CreateISO(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolume, error) {
+// CreateFile creates the DataVolume of a file download or upload, as the
+// caller, unless a claim or DataVolume of its name exists in its namespace
+// (asked of the apiserver, not the cache: PVE checks the file right before
+// the download), which is a *FileExistsError.
+func (c *Cluster) CreateFile(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolume, error) {
 	if !c.HasCDI() {
 		return nil, ErrNoCDI
 	}
 	if !c.Serves(dv.Namespace) {
 		return nil, fmt.Errorf("namespace %q is not served", dv.Namespace)
 	}
-	exists := &ISOExistsError{Namespace: dv.Namespace, Name: dv.Name}
+	exists := &FileExistsError{Namespace: dv.Namespace, Name: dv.Name}
 	// The existence checks read as the plugin, so that a file the caller
 	// cannot see is still refused as PVE refuses it; the create is the
 	// caller's.
@@ -121,10 +125,10 @@ func (c *Cluster) CreateISO(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.D
 	return out, nil
 }
 
-// DeleteISO deletes the claim of an ISO image, as the caller: through the
+// DeleteFile deletes the claim of a file, as the caller: through the
 // DataVolume that controls it (the garbage collector then removes the
 // claim), else the claim itself; either guarded by its UID.
-func (c *Cluster) DeleteISO(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+func (c *Cluster) DeleteFile(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
 	bg := metav1.DeletePropagationBackground
 	if ref := metav1.GetControllerOf(pvc); ref != nil && ref.Kind == "DataVolume" && c.as(ctx).cdi != nil {
 		uid := ref.UID
@@ -143,9 +147,9 @@ func (c *Cluster) DeleteISO(ctx context.Context, pvc *corev1.PersistentVolumeCla
 	})
 }
 
-// ISOUsers lists, in vmid order, the VMs of the claim's namespace that use
+// FileUsers lists, in vmid order, the VMs of the claim's namespace that use
 // it (ClaimUsers), as guests so that refusals can name their vmids.
-func (c *Cluster) ISOUsers(ns, claim string) []Guest {
+func (c *Cluster) FileUsers(ns, claim string) []Guest {
 	users := c.ClaimUsers(ns, claim, "")
 	if len(users) == 0 {
 		return nil
@@ -191,4 +195,89 @@ func importFailure(dv *cdiv1.DataVolume) string {
 		return running.Reason
 	}
 	return ""
+}
+
+const pvcFileIndex = "file"
+
+// pvcFileIndexFunc indexes claims holding a file of a directory storage
+// by its content type.
+func pvcFileIndexFunc(obj any) ([]string, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return nil, nil
+	}
+	if content, _, ok := translate.FileOf(pvc.Annotations); ok {
+		return []string{content}, nil
+	}
+	return nil, nil
+}
+
+// FileClaims lists the cached claims holding files of content type content
+// (translate.FileOf; every type when ""), by namespace and name.
+func (c *Cluster) FileClaims(content string) []*corev1.PersistentVolumeClaim {
+	var out []*corev1.PersistentVolumeClaim
+	for _, t := range []string{translate.ContentISO, translate.ContentImport, translate.ContentSnippets} {
+		if content != "" && t != content {
+			continue
+		}
+		for _, o := range c.pvcs.byIndex(pvcFileIndex, t) {
+			out = append(out, o.(*corev1.PersistentVolumeClaim))
+		}
+	}
+	sortClaims(out)
+	return out
+}
+
+func sortClaims(out []*corev1.PersistentVolumeClaim) {
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+}
+
+// Annotations that make a StorageClass the default of KubeVirt's disks and
+// of the cluster.
+const (
+	annDefaultVirtClass = "storageclass.kubevirt.io/is-default-virt-class"
+	annDefaultClass     = "storageclass.kubernetes.io/is-default-class"
+)
+
+// DefaultStorageClass is the StorageClass CDI would pick for a DataVolume
+// that names none: KubeVirt's default virt class, else the cluster's
+// default class ("" when there is neither; by name when several claim it).
+func (c *Cluster) DefaultStorageClass() string {
+	virt, def := "", ""
+	for _, sc := range c.StorageClasses() {
+		if sc.Annotations[annDefaultVirtClass] == "true" && virt == "" {
+			virt = sc.Name
+		}
+		if sc.Annotations[annDefaultClass] == "true" && def == "" {
+			def = sc.Name
+		}
+	}
+	if virt != "" {
+		return virt
+	}
+	return def
+}
+
+// FileVerified removes AnnotationFilePending from a file's claim and the
+// DataVolume that made it, so that it is listed: the plugin's own record
+// of a transfer it checked (like a task's), made as the plugin.
+func (c *Cluster) FileVerified(ctx context.Context, ns, name string) error {
+	patch := []byte(`{"metadata":{"annotations":{"` + translate.AnnotationFilePending + `":null}}}`)
+	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	if c.own.cdi != nil {
+		if _, err := c.own.cdi.CdiV1beta1().DataVolumes(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if pvc, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		c.pvcs.put(pvc) // listed at once on this replica
+	}
+	return nil
 }
