@@ -58,6 +58,9 @@ type Options struct {
 	// Connect builds it from the kubeconfig; callers' clients are built
 	// from the rest config (see as).
 	CDI cdiclient.Interface
+	// UploadProxy is where uploads go (CDI's cdi-uploadproxy); nil: found
+	// in the cluster when first needed (see Cluster.uploadProxy).
+	UploadProxy *UploadProxyConfig
 }
 
 // Cluster is a cached, read-mostly view of a KubeVirt cluster.
@@ -96,6 +99,7 @@ type Cluster struct {
 	health    *health
 	idClients identityClients
 	dialer    atomic.Pointer[consoleDialer] // consoles without a rest config
+	upload    uploadProxy
 	access    accessCache
 	cancel    context.CancelFunc
 	done      chan struct{}

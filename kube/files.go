@@ -2,9 +2,12 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -263,21 +266,72 @@ func (c *Cluster) DefaultStorageClass() string {
 	return def
 }
 
-// FileVerified removes AnnotationFilePending from a file's claim and the
-// DataVolume that made it, so that it is listed: the plugin's own record
-// of a transfer it checked (like a task's), made as the plugin.
-func (c *Cluster) FileVerified(ctx context.Context, ns, name string) error {
-	patch := []byte(`{"metadata":{"annotations":{"` + translate.AnnotationFilePending + `":null}}}`)
-	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+// FileTransferred records on a file's claim and the DataVolume that made
+// it what the plugin's transfer found (the file's size when size > 0, its
+// checksum "<algorithm>:<hex>" when set) and removes
+// AnnotationFilePending, so that it is listed: the plugin's own record of
+// a transfer it made and checked (like a task's), written as the plugin.
+func (c *Cluster) FileTransferred(ctx context.Context, ns, name string, size int64, checksum string) error {
+	ann := map[string]any{translate.AnnotationFilePending: nil}
+	if size > 0 {
+		ann[translate.AnnotationFileSize] = strconv.FormatInt(size, 10)
+	}
+	if checksum != "" {
+		ann[translate.AnnotationChecksum] = checksum
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
 		return err
 	}
+	pvc, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return err
+	}
+	c.pvcs.put(pvc) // listed at once on this replica
 	if c.own.cdi != nil {
 		if _, err := c.own.cdi.CdiV1beta1().DataVolumes(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}
-	if pvc, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		c.pvcs.put(pvc) // listed at once on this replica
-	}
 	return nil
+}
+
+// DropFile deletes the DataVolume of a file whose transfer failed (its
+// claim follows), as the plugin: the cleanup of a transfer it made, which
+// the caller may not be allowed to delete.
+func (c *Cluster) DropFile(ctx context.Context, ns, name string) error {
+	if c.own.cdi == nil {
+		return ErrNoCDI
+	}
+	bg := metav1.DeletePropagationBackground
+	err := c.own.cdi.CdiV1beta1().DataVolumes(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// WaitFileGone waits until neither the claim nor the DataVolume ns/name
+// exists any more, asked of the apiserver (a file being replaced).
+func (c *Cluster) WaitFileGone(ctx context.Context, ns, name string) error {
+	for {
+		_, perr := c.own.kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		var derr error = apierrors.NewNotFound(cdiv1.Resource("datavolumes"), name)
+		if c.own.cdi != nil {
+			_, derr = c.own.cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+		switch {
+		case apierrors.IsNotFound(perr) && apierrors.IsNotFound(derr):
+			return nil
+		case perr != nil && !apierrors.IsNotFound(perr):
+			return perr
+		case derr != nil && !apierrors.IsNotFound(derr):
+			return derr
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("claim %s/%s is still being deleted", ns, name)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -2,8 +2,11 @@ package kube
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -198,7 +201,7 @@ func TestISOWithoutCDI(t *testing.T) {
 	}
 }
 
-func TestFileClaimsAndVerified(t *testing.T) {
+func TestFileClaimsAndTransferred(t *testing.T) {
 	c := isoCluster(t, 0)
 	ctx := context.Background()
 	if got := c.DefaultStorageClass(); got != "local-lvm" {
@@ -222,13 +225,77 @@ func TestFileClaimsAndVerified(t *testing.T) {
 		}
 		return true, ""
 	})
-	if err := c.FileVerified(ctx, "default", "import-noble-qcow2"); err != nil {
+	if err := c.FileTransferred(ctx, "default", "import-noble-qcow2", 0, "sha256:abcd"); err != nil {
 		t.Fatal(err)
 	}
-	if pvc := c.CachedPVC("default", "import-noble-qcow2"); pvc.Annotations[translate.AnnotationFilePending] != "" || translate.FileSizeOf(pvc.Annotations) != 600*translate.MiB {
+	if pvc := c.CachedPVC("default", "import-noble-qcow2"); pvc.Annotations[translate.AnnotationFilePending] != "" || translate.FileSizeOf(pvc.Annotations) != 600*translate.MiB ||
+		pvc.Annotations[translate.AnnotationChecksum] != "sha256:abcd" {
 		t.Fatalf("claim after the check: %v", pvc.Annotations)
 	}
-	if dv, _ := c.own.cdi.CdiV1beta1().DataVolumes("default").Get(ctx, "import-noble-qcow2", metav1.GetOptions{}); dv.Annotations[translate.AnnotationFilePending] != "" {
+	if dv, _ := c.own.cdi.CdiV1beta1().DataVolumes("default").Get(ctx, "import-noble-qcow2", metav1.GetOptions{}); dv.Annotations[translate.AnnotationFilePending] != "" || dv.Annotations[translate.AnnotationChecksum] != "sha256:abcd" {
 		t.Fatalf("DataVolume after the check: %v", dv.Annotations)
+	}
+}
+
+// An upload: a worker task runs while the plugin sends the bytes through
+// CDI's upload path (simulated: the fake clientset's token, the proxy's
+// in-process transport), and ends with the lines it adds.
+func TestUploadWithWorker(t *testing.T) {
+	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(kubevirtsim.Seed()...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctrl := kubevirtsim.NewController(kv, kc, kubevirtsim.Options{CDI: cdi})
+	go func() { _ = ctrl.Run(ctx) }()
+	up := cdi.(*kubevirtsim.FakeCDIClientset).UploadProxy()
+	c := New(kc, kv, nil, Options{AssumeKubeVirtAPIs: true, CDI: cdi, UploadProxy: &UploadProxyConfig{URL: "https://proxy.example", Client: &http.Client{Transport: up.Transport()}}})
+	c.Tasks.Interval = 20 * time.Millisecond
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+
+	f := isoDV("up.iso", "")
+	f.Upload = true
+	dv, err := c.CreateFile(ctx, translate.FileDataVolume(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, task, err := c.Tasks.BeginWorker(ctx, TaskSpec{Node: "pve", Type: "imgcopy", User: "root@pam", Namespace: "default", Name: dv.Name, Log: []string{"starting file import"}})
+	if err != nil || !task.Running() {
+		t.Fatalf("worker task: %+v %v", task, err)
+	}
+	data := strings.Repeat("iso ", 4096)
+	if err := c.Upload(ctx, "default", dv.Name, dv.UID, strings.NewReader(data), int64(len(data)), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	w.EndWith(ctx, translate.ExitOK, []string{"finished file import successfully"})
+	ended := waitTaskEnd(t, c, task.UPID.String())
+	if ended.ExitStatus != translate.ExitOK || strings.Join(ended.Log, "|") != "starting file import|finished file import successfully|TASK OK" {
+		t.Fatalf("task: %s %q", ended.ExitStatus, ended.Log)
+	}
+	eventually(t, "the DataVolume to succeed", func() (bool, string) {
+		d := c.DataVolume("default", dv.Name)
+		return d != nil && d.Status.Phase == cdiv1.Succeeded, fmt.Sprint(d.Status.Phase)
+	})
+	sum := sha256.Sum256([]byte(data))
+	if pvc := c.CachedPVC("default", dv.Name); pvc.Annotations[kubevirtsim.AnnotationUploadedSHA256] != hex.EncodeToString(sum[:]) {
+		t.Fatalf("the proxy got other bytes: %v", pvc.Annotations)
+	}
+	// A second upload is refused by the proxy, not sent anywhere else.
+	if err := c.Upload(ctx, "default", dv.Name, dv.UID, strings.NewReader("x"), 1, time.Second); err == nil || !strings.Contains(err.Error(), "is Succeeded, not waiting for an upload") {
+		t.Fatalf("second upload: %v", err)
+	}
+	// A worker whose replica stops renewing ends with ExitWorkerLost.
+	shortLease(t, 200*time.Millisecond, time.Hour)
+	lost, task2, err := c.Tasks.BeginWorker(ctx, TaskSpec{Node: "pve", Type: "download", User: "root@pam"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ended := waitTaskEnd(t, c, task2.UPID.String()); ended.ExitStatus != ExitWorkerLost {
+		t.Fatalf("lost worker: %s", ended.ExitStatus)
+	}
+	lost.End(ctx, translate.ExitOK) // too late: the first answer stands
+	if got, _ := c.Tasks.Get(ctx, task2.UPID.String()); got.ExitStatus != ExitWorkerLost {
+		t.Fatalf("after a late End: %s", got.ExitStatus)
 	}
 }

@@ -46,6 +46,10 @@ const (
 	// (a checksum to compare); it is not listed until the mark is removed,
 	// as PVE shows a file only once it is renamed into place.
 	AnnotationFilePending = "pve.caddy-proxmox.io/pending"
+	// AnnotationChecksum is the checksum a transfer was verified against,
+	// "<algorithm>:<hex>", so that a later download of the file with a
+	// checksum is answered as PVE answers it for an existing file.
+	AnnotationChecksum = "pve.caddy-proxmox.io/checksum"
 )
 
 // fileAnnotations name a claim's file per content type.

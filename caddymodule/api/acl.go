@@ -535,6 +535,13 @@ func downloadNeeds(h *APIHandler, q *request) []check {
 	return append(networkChecks(h, q), st)
 }
 
+// uploadNeeds: Datastore.AllocateTemplate on the storage, in the namespace
+// uploads go to, as PVE's upload asks (no network right: the plugin
+// fetches nothing).
+func uploadNeeds(h *APIHandler, q *request) []check {
+	return []check{{path: "/storage/" + q.r.PathValue("storage"), ns: h.defaultNamespace(), privs: []string{"Datastore.AllocateTemplate"}}}
+}
+
 // volumeDeleteNeeds: Datastore.Allocate on the storage, in the namespace
 // of the claim deleted.
 func volumeDeleteNeeds(h *APIHandler, q *request) []check {
@@ -561,6 +568,7 @@ var routeNeeds = map[string]needFunc{
 	"GET /storage/{storage}":                                      storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
 	"DELETE /nodes/{node}/storage/{storage}/content/{volume...}":  volumeDeleteNeeds,
 	"POST /nodes/{node}/storage/{storage}/download-url":           downloadNeeds,
+	"POST /nodes/{node}/storage/{storage}/upload":                 uploadNeeds,
 	"GET /nodes/{node}/query-url-metadata":                        queryURLNeeds,
 	"GET /pools/{poolid}":                                         poolAuditNeeds,
 	"POST /pools":                                                 poolNeeds,

@@ -56,6 +56,10 @@ func parseAPICaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, err
 //		}
 //		local_storage [<name>] {
 //			storage_class <name>
+//			max_upload <size>
+//		}
+//		cdi_upload_proxy <url> {
+//			ca_file <path>
 //		}
 //	}
 func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -186,6 +190,11 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Prometheus = p
 		case "local_storage":
 			if err := h.LocalStorage.unmarshal(d); err != nil {
+				return err
+			}
+		case "cdi_upload_proxy":
+			h.UploadProxy = new(UploadProxyConfig)
+			if err := h.UploadProxy.unmarshal(d); err != nil {
 				return err
 			}
 		default:

@@ -26,6 +26,9 @@ type LocalStorageConfig struct {
 	// (storageclass.kubevirt.io/is-default-virt-class), else the
 	// cluster's default class.
 	StorageClass string `json:"storage_class,omitempty"`
+	// MaxUpload bounds an upload's size in bytes (default 64 GiB): its
+	// claim is sized from the request's length.
+	MaxUpload int64 `json:"max_upload,omitempty"`
 }
 
 // defaultLocalStorage is the directory storage's id unless configured.
@@ -48,7 +51,7 @@ func (l LocalStorageConfig) validate() error {
 	return nil
 }
 
-// unmarshal reads `local_storage [<name>] { storage_class <name> }`.
+// unmarshal reads `local_storage [<name>] { storage_class <name>; max_upload <size> }`.
 func (l *LocalStorageConfig) unmarshal(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		l.Name = d.Val()
@@ -63,6 +66,18 @@ func (l *LocalStorageConfig) unmarshal(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			l.StorageClass = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "max_upload":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := translate.ParseDiskSize(d.Val())
+			if err != nil || n <= 0 {
+				return d.Errf("local_storage max_upload: %q is not a size such as 64G", d.Val())
+			}
+			l.MaxUpload = n
 			if d.NextArg() {
 				return d.ArgErr()
 			}

@@ -118,15 +118,13 @@ func (h *APIHandler) postDownloadURL(q *request) (any, *apiError) {
 	if e := h.fileTarget(q, s, d.content, d.file); e != nil {
 		return nil, e
 	}
-	if _, ok := q.p["checksum"]; ok {
-		return nil, newError(http.StatusInternalServerError, "checksum verification is not supported: CDI's http import cannot check a checksum (download without checksum and checksum-algorithm)")
-	}
 	if c := q.p["compression"]; c != "" && c != "gz" && d.content == translate.ContentISO {
 		return nil, newError(http.StatusInternalServerError, "decompression method '%s' is not supported: CDI decompresses gz (and xz) images only", c)
 	}
-	if !d.verify && strings.HasPrefix(d.url, "https:") {
-		return nil, newError(http.StatusInternalServerError, "verify-certificates=0 is not supported: CDI always verifies https certificates")
-	}
+	// What CDI's importer cannot do (check a checksum, skip the
+	// certificate check), the plugin does, fetching the file itself.
+	sum := checksumParams(q.p)
+	streamed := sum != nil || (!d.verify && strings.HasPrefix(d.url, "https:"))
 	if !q.c.HasCDI() {
 		return nil, newError(http.StatusInternalServerError, "%v", kube.ErrNoCDI)
 	}
@@ -165,6 +163,9 @@ func (h *APIHandler) postDownloadURL(q *request) (any, *apiError) {
 		// PVE's worker checks the file after the download, failing the task.
 		spec.Err = fmt.Errorf("failed to verify file: %v", err)
 		return h.beginSpec(q, spec)
+	}
+	if streamed {
+		return h.downloadStreamed(q, d, spec, f, sum)
 	}
 	spec.Log = append(spec.Log, fmt.Sprintf("importing with CDI: DataVolume %s/%s, StorageClass %s", ns, claim, class))
 

@@ -34,8 +34,8 @@ func parseParams(r *http.Request) (params, *apiError) {
 	for k, vs := range q {
 		p[k] = strings.Join(vs, "\x00")
 	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return p, nil
+	if r.Body == nil || r.Body == http.NoBody || isUploadPath(r.URL.Path) {
+		return p, nil // an upload's body is its own (postUpload)
 	}
 	if r.ContentLength > maxBodyBytes {
 		// Refuse before reading: a client announcing a huge body gets its

@@ -59,8 +59,9 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 	mux.HandleFunc(method+" /api2/json"+path, func(w http.ResponseWriter, r *http.Request) {
 		// Every call is bounded: a hung apiserver makes a 503, never a
 		// request that hangs with it.
-		// Console websockets live as long as the session and are exempt.
-		if !strings.HasSuffix(r.URL.Path, "/vncwebsocket") {
+		// Console websockets live as long as the session and are exempt,
+		// and so are uploads, which stream their body.
+		if !strings.HasSuffix(r.URL.Path, "/vncwebsocket") && !isUploadPath(r.URL.Path) {
 			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
@@ -221,6 +222,7 @@ func (h *APIHandler) routes() *http.ServeMux {
 	// and PVE takes the rest of the path as the volume.
 	h.handle(mux, "DELETE /nodes/{node}/storage/{storage}/content/{volume...}", h.deleteStorageVolume)
 	h.handle(mux, "POST /nodes/{node}/storage/{storage}/download-url", h.postDownloadURL)
+	h.handle(mux, "POST /nodes/{node}/storage/{storage}/upload", h.postUpload)
 	h.handle(mux, "GET /nodes/{node}/query-url-metadata", h.getQueryURLMetadata)
 	h.handle(mux, "GET /nodes/{node}/lxc", h.getNodeLXC)
 	h.handle(mux, "GET /nodes/{node}/tasks", h.getNodeTasks)

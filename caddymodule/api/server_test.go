@@ -24,7 +24,7 @@ var (
 	ssoPort   int
 	permsPort int
 	// fixedPort serves a fixed list of namespaces (pools cannot be made),
-	// with the directory storage "files" on ceph-rbd.
+	// with the directory storage "files" on ceph-rbd taking uploads of 1 MiB.
 	fixedPort  int
 	sharedOnce sync.Once
 	sharedAPI  *testcaddy.PVE
@@ -108,6 +108,7 @@ https://localhost:%d {
 		auth_failure_delay 0s
 		local_storage files {
 			storage_class ceph-rbd
+			max_upload 1M
 		}
 	}
 }

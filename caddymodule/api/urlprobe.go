@@ -258,3 +258,48 @@ func probeHead(ctx context.Context, raw string, verify bool, timeout time.Durati
 	}
 	return io.ReadAll(io.LimitReader(res.Body, int64(n)))
 }
+
+// fetchStream GETs a URL for a download the plugin streams, through the
+// probe's guard and redirect rules, without an overall timeout: the body
+// is read as long as it flows, and a server that sends nothing for
+// downloadStall cancels the download (stop).
+func fetchStream(ctx context.Context, stop context.CancelFunc, raw string, verify bool) (io.ReadCloser, error) {
+	if _, err := checkProbeURL(raw); err != nil {
+		return nil, err
+	}
+	cl := probeClient(verify, 30*time.Second)
+	cl.Timeout = 0
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", "Proxmox VE")
+	res, err := cl.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		res.Body.Close()
+		return nil, fmt.Errorf("server answered '%s'", res.Status)
+	}
+	return &stallReader{ReadCloser: res.Body, timer: time.AfterFunc(downloadStall, stop)}, nil
+}
+
+// stallReader stops a download whose body does not move for downloadStall.
+type stallReader struct {
+	io.ReadCloser
+	timer *time.Timer
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	if n > 0 {
+		s.timer.Reset(downloadStall)
+	}
+	return n, err
+}
+
+func (s *stallReader) Close() error {
+	s.timer.Stop()
+	return s.ReadCloser.Close()
+}
