@@ -234,7 +234,7 @@ func (p *drivePlan) mapDrive(k string) {
 // cloud-init Secret. A VM has one.
 func (p *drivePlan) cloudInitDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubevirtv1.Disk, *kubevirtv1.Volume, error) {
 	m := ciVolRE.FindStringSubmatch(d.file)
-	if p.req.StorageExists != nil && !p.req.StorageExists(m[1]) {
+	if p.req.StorageExists != nil && !p.req.StorageExists(m[1]) && !p.fileStorage(m[1]) {
 		return kubevirtv1.Disk{}, nil, fmt.Errorf("storage '%s' does not exist", m[1])
 	}
 	if p.ciDrive != "" {
@@ -356,8 +356,8 @@ func (p *drivePlan) importDisk(d *drive, imp string) (string, error) {
 		return "", fmt.Errorf("import-from '%s': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported", imp)
 	}
 	storage := m[2]
-	if p.req.StorageExists != nil && !p.req.StorageExists(storage) {
-		return "", fmt.Errorf("storage '%s' does not exist", storage)
+	if err := p.diskStorage(storage); err != nil {
+		return "", err
 	}
 	bytes := gibBytes(m[3])
 	if p.req.Claim != nil {
@@ -391,8 +391,8 @@ func (p *drivePlan) blankDisk(d *drive, storage, gib string) (string, error) {
 	if storage == "" {
 		return "", fmt.Errorf("missing storage ID in '%s'", d.file)
 	}
-	if p.req.StorageExists != nil && !p.req.StorageExists(storage) {
-		return "", fmt.Errorf("storage '%s' does not exist", storage)
+	if err := p.diskStorage(storage); err != nil {
+		return "", err
 	}
 	bytes := gibBytes(gib)
 	if bytes <= 0 {
@@ -451,6 +451,22 @@ func (p *drivePlan) unknownVolume(d *drive) error {
 // no claim of the VM, none the call deletes, none VolumeTaken reports.
 func (p *drivePlan) newVolume() (string, error) {
 	return freeVolumeName(p.req.VMID, &p.next, func(name string) bool { return p.owned[name] != nil || p.chg.destroy[name] }, p.req.VolumeTaken)
+}
+
+// fileStorage tells whether storage keeps files only (VMRequest.FileStorage).
+func (p *drivePlan) fileStorage(storage string) bool {
+	return p.req.FileStorage != nil && p.req.FileStorage(storage)
+}
+
+// diskStorage checks that a new disk may go to storage, in PVE's words.
+func (p *drivePlan) diskStorage(storage string) error {
+	switch {
+	case p.fileStorage(storage):
+		return fmt.Errorf("storage '%s' does not support vm images", storage)
+	case p.req.StorageExists != nil && !p.req.StorageExists(storage):
+		return fmt.Errorf("storage '%s' does not exist", storage)
+	}
+	return nil
 }
 
 // addTemplate records a new DataVolume template as one the VM owns.

@@ -36,7 +36,8 @@ func testPlan(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]strin
 
 func req100() VMRequest {
 	return VMRequest{VMID: 100, Namespace: "default", StorageExists: func(s string) bool { return s == "local-lvm" || s == "ceph-rbd" },
-		Claim: seedClaims, VolumeTaken: takenBy(seedClaims),
+		FileStorage: func(s string) bool { return s == "local" },
+		Claim:       seedClaims, VolumeTaken: takenBy(seedClaims),
 		ISOSize: func(claim string) (int64, bool) { return 658505728, claim == "debian-12-iso" }}
 }
 
@@ -225,6 +226,10 @@ func TestMapDrive(t *testing.T) {
 			want{cdrom: kubevirtv1.DiskBusSATA, source: "nocloud", shown: "local-lvm:vm-100-cloudinit,media=cdrom"}},
 		{"cloud-init on SCSI, config drive", "scsi5", "local-lvm:vm-100-cloudinit", map[string]string{"citype": "configdrive2"},
 			want{cdrom: kubevirtv1.DiskBusSCSI, source: "configdrive", shown: "local-lvm:vm-100-cloudinit,media=cdrom"}},
+		{"cloud-init on the directory storage (the drive is a Secret)", "ide2", "local:cloudinit", nil,
+			want{cdrom: kubevirtv1.DiskBusSATA, source: "nocloud", shown: "local:vm-100-cloudinit,media=cdrom"}},
+		{"cloud-init on no storage", "ide2", "nope:cloudinit", nil, want{err: "storage 'nope' does not exist"}},
+		{"a disk on the directory storage", "scsi3", "local:4", nil, want{err: "storage 'local' does not support vm images"}},
 		{"empty CD-ROM", "ide0", "none,media=cdrom", nil, want{none: true, shown: "none,media=cdrom"}},
 		{"physical CD-ROM", "ide0", "cdrom,media=cdrom", nil, want{none: true, shown: "cdrom,media=cdrom"}},
 		{"ISO image", "ide0", "local:iso/debian-12.iso,media=cdrom", map[string]string{"boot": "order=ide0"},
@@ -493,6 +498,7 @@ func TestBlankDisk(t *testing.T) {
 		{"zero", "local-lvm:0", "", 0, "disk size must be greater than zero"},
 		{"no storage", "4", "", 0, "missing storage ID in '4'"},
 		{"unknown storage", "nope:4", "", 0, "storage 'nope' does not exist"},
+		{"the directory storage", "local:4", "", 0, "storage 'local' does not support vm images"},
 	}
 	for _, tt := range tests {
 		p := testPlan(buildOK(t, map[string]string{}), req100(), map[string]string{})

@@ -242,8 +242,10 @@ func TestEFITPMAndImport(t *testing.T) {
 	if cfg["scsi0"] != "local-lvm:vm-100-disk-0" || vm.Spec.DataVolumeTemplates[0].Spec.Source.PVC.Name != "golden-disk" {
 		t.Fatalf("import %q %+v", cfg["scsi0"], vm.Spec.DataVolumeTemplates[0].Spec.Source)
 	}
-	if _, errs := BuildVM(VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK, Config: map[string]string{"efidisk0": "local-lvm:1"}}); errs["efidisk0"] == "" {
-		t.Fatal("efidisk0 without ovmf accepted")
+	// As PVE: an EFI disk of a SeaBIOS VM is kept, unused; the VM boots BIOS.
+	bios, errs := BuildVM(VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK, Config: map[string]string{"efidisk0": "local-lvm:1,efitype=4m"}})
+	if len(errs) != 0 || StoredConfig(bios)["efidisk0"] != "local-lvm:vm-100-efidisk,efitype=4m,size=4M" || bios.Spec.Template.Spec.Domain.Firmware.Bootloader != nil {
+		t.Fatalf("efidisk0 without ovmf: %v %v", errs, bios.Spec.Template.Spec.Domain.Firmware)
 	}
 	if _, errs := BuildVM(VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK, Config: map[string]string{"scsi0": "local-lvm:0,import-from=/tmp/x.qcow2"}}); errs["scsi0"] == "" {
 		t.Fatal("import from a path accepted")

@@ -30,6 +30,7 @@ func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[st
 		VMID: vmid, Node: node, Namespace: ns, Config: cfg,
 		NameTaken:     func(name string) bool { return q.c.VMNameTaken(ns, name) },
 		StorageExists: q.c.StorageClassExists,
+		FileStorage:   func(s string) bool { return h.isDirStorage(s) && !q.c.StorageClassExists(s) },
 		ISOSize: func(claim string) (int64, bool) {
 			pvc := q.c.CachedPVC(ns, claim)
 			if pvc == nil {

@@ -150,3 +150,34 @@ func TestCloudInitCreate(t *testing.T) {
 	a.OK("DELETE", "/nodes/"+node+"/qemu/"+id, nil, &upid)
 	a.WaitTask(upid)
 }
+
+// As PVE: an EFI disk of a SeaBIOS VM is kept (unused until bios=ovmf),
+// and a cloud-init drive may name the directory storage (it is a Secret
+// here), while a disk may not.
+func TestEFIDiskWithoutOVMFAndCloudInitOnLocal(t *testing.T) {
+	a := shared(t)
+	node := "kv-node-3-lab-internal"
+	var id, upid string
+	a.OK("GET", "/cluster/nextid", nil, &id)
+	a.OK("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {id}, "name": {"efi-bios"}, "efidisk0": {"local-lvm:1,efitype=4m,pre-enrolled-keys=0"},
+		"ide2": {"local:cloudinit,format=raw"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	t.Cleanup(func() { a.Do("DELETE", "/nodes/"+node+"/qemu/"+id, nil) })
+	var cfg map[string]any
+	a.OK("GET", "/nodes/"+node+"/qemu/"+id+"/config", nil, &cfg)
+	if cfg["efidisk0"] != "local-lvm:vm-"+id+"-efidisk,efitype=4m,pre-enrolled-keys=0,size=4M" || cfg["bios"] != nil ||
+		!strings.HasPrefix(cfg["ide2"].(string), "local:vm-"+id+"-cloudinit,") {
+		t.Fatalf("config %v", cfg)
+	}
+	a.OK("PUT", "/nodes/"+node+"/qemu/"+id+"/config", url.Values{"bios": {"ovmf"}}, nil)
+	cfg = nil
+	a.OK("GET", "/nodes/"+node+"/qemu/"+id+"/config", nil, &cfg)
+	if cfg["bios"] != "ovmf" || cfg["efidisk0"] != "local-lvm:vm-"+id+"-efidisk,efitype=4m,pre-enrolled-keys=0,size=4M" {
+		t.Fatalf("config with ovmf %v", cfg)
+	}
+	if ans := a.Do("PUT", "/nodes/"+node+"/qemu/"+id+"/config", url.Values{"scsi1": {"local:4"}}); ans.Code != 400 || ans.Errors["scsi1"] != "storage 'local' does not support vm images\n" {
+		t.Fatalf("a disk on local: %s %s", ans.Status, ans.Raw)
+	}
+}
