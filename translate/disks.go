@@ -347,7 +347,7 @@ func unusedVolume(v string) string {
 	if !ok {
 		return ""
 	}
-	return name
+	return ClaimOfVolume(name)
 }
 
 // orderedKeys returns m's keys in sorted order, never nil.

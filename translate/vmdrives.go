@@ -334,8 +334,8 @@ func (p *drivePlan) diskClaim(d *drive) (name string, asDV bool, err error) {
 		name, err = p.blankDisk(d, m[2], m[3])
 		return name, true, err
 	}
-	if st, name, ok := strings.Cut(d.file, ":"); ok && st != "" && p.owned[name] != nil {
-		return p.reattach(d, name)
+	if st, name, ok := strings.Cut(d.file, ":"); ok && st != "" && p.owned[ClaimOfVolume(name)] != nil {
+		return p.reattach(d, ClaimOfVolume(name))
 	}
 	return "", false, p.unknownVolume(d)
 }
@@ -437,7 +437,7 @@ func (p *drivePlan) reattach(d *drive, name string) (string, bool, error) {
 // volume at all.
 func (p *drivePlan) unknownVolume(d *drive) error {
 	st, name, ok := strings.Cut(d.file, ":")
-	_, claimed := p.req.Claim.get(name)
+	_, claimed := p.req.Claim.get(ClaimOfVolume(name))
 	switch {
 	case ok && st != "" && claimed:
 		return fmt.Errorf("volume '%s' is not a volume of VM %d", d.file, p.req.VMID)

@@ -251,3 +251,40 @@ func TestEFITPMAndImport(t *testing.T) {
 		t.Fatal("import from a path accepted")
 	}
 }
+
+// A template's disks show PVE's base- names; the claims keep theirs, and
+// either name finds them (a config update that names them, an unusedN, a
+// clone of the template).
+func TestTemplateBaseVolumes(t *testing.T) {
+	vm := buildOK(t, map[string]string{"scsi0": "local-lvm:4", "scsi1": "local-lvm:1"})
+	up, errs := UpdateVM(vm, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK}, []string{"scsi1"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	MarkTemplate(up)
+	cfg := StoredConfig(up)
+	if cfg["scsi0"] != "local-lvm:base-100-disk-0,size=4G" || cfg["unused0"] != "local-lvm:base-100-disk-1" || cfg["template"] != "1" {
+		t.Fatalf("template config %v", cfg)
+	}
+	if claims := VolumeClaims(up); strings.Join(claims, ",") != "vm-100-disk-0,vm-100-disk-1" {
+		t.Fatalf("claims %v", claims)
+	}
+	// The config as a client sends it back, base- names and all.
+	again, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK,
+		Config: map[string]string{"scsi0": "local-lvm:base-100-disk-0,size=4G,iothread=1", "scsi2": "local-lvm:base-100-disk-1"}}, nil)
+	if len(errs) > 0 {
+		t.Fatalf("update naming base- volumes: %v", errs)
+	}
+	cfg = StoredConfig(again)
+	if cfg["scsi0"] != "local-lvm:base-100-disk-0,iothread=1,size=4G" || cfg["scsi2"] != "local-lvm:base-100-disk-1,size=1G" || cfg["unused0"] != "" {
+		t.Fatalf("after the update %v", cfg)
+	}
+	for in, want := range map[string]string{"base-100-disk-0": "vm-100-disk-0", "vm-100-disk-0": "vm-100-disk-0", "base-100-cloudinit": "base-100-cloudinit", "debian-12-iso": "debian-12-iso"} {
+		if got := ClaimOfVolume(in); got != want {
+			t.Errorf("ClaimOfVolume(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if BaseVolume("vm-7-disk-3") != "base-7-disk-3" || BaseVolume("data-pvc") != "data-pvc" {
+		t.Error("BaseVolume")
+	}
+}

@@ -48,6 +48,27 @@ func volume(s string, pvc *corev1.PersistentVolumeClaim) contentRow {
 	return row
 }
 
+// templateVMs are the VMs that are templates, by namespace and vmid: their
+// disks show PVE's base- names (translate.BaseVolume).
+func templateVMs(q *request) map[string]bool {
+	out := map[string]bool{}
+	for _, g := range q.c.Guests() {
+		if g.Template() {
+			out[g.Namespace()+"/"+strconv.Itoa(g.VMID)] = true
+		}
+	}
+	return out
+}
+
+// storageVolume is volume with a template's disks under their base- names.
+func storageVolume(s string, pvc *corev1.PersistentVolumeClaim, templates map[string]bool) contentRow {
+	row := volume(s, pvc)
+	if row.VMID != 0 && templates[pvc.Namespace+"/"+strconv.Itoa(row.VMID)] {
+		row.VolID = s + ":" + translate.BaseVolume(pvc.Name)
+	}
+	return row
+}
+
 // storageClaims lists the claims whose volumes storage s holds: for the
 // directory storage its files (and the disks of a StorageClass of its
 // name), for a StorageClass its claims but the files.
@@ -71,11 +92,12 @@ func (h *APIHandler) getStorageContent(q *request) (any, *apiError) {
 	content := q.p["content"]
 	vmid := q.p["vmid"]
 	out := []contentRow{}
+	templates := templateVMs(q)
 	for _, pvc := range h.storageClaims(q, s) {
 		if !listable(q.c, pvc) {
 			continue
 		}
-		row := volume(s, pvc)
+		row := storageVolume(s, pvc, templates)
 		if (content != "" && row.Content != content) || (vmid != "" && strconv.Itoa(row.VMID) != vmid) {
 			continue
 		}
@@ -99,11 +121,12 @@ func (h *APIHandler) getStorageVolume(q *request) (any, *apiError) {
 	if !strings.HasPrefix(want, s+":") {
 		want = s + ":" + want
 	}
+	templates := templateVMs(q)
 	for _, pvc := range h.storageClaims(q, s) {
 		if !listable(q.c, pvc) {
 			continue
 		}
-		if row := volume(s, pvc); row.VolID == want {
+		if row := storageVolume(s, pvc, templates); row.VolID == want {
 			return map[string]any{"path": row.Path, "format": row.Format, "size": row.Size, "used": row.Used}, nil
 		}
 	}
