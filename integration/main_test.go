@@ -5,9 +5,12 @@ package integration
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -31,6 +34,8 @@ const (
 
 var (
 	env *testenv.Env
+	// uploads plays cdi-apiserver's tokens and cdi-uploadproxy.
+	uploads *kubevirtsim.UploadProxy
 	// base is the API with virt-api present; fallbackBase the same cluster
 	// reached through a proxy without virt-api.
 	base, fallbackBase string
@@ -58,8 +63,20 @@ func TestMain(m *testing.M) {
 		},
 		NewSubresources: func(e *testenv.Env) http.Handler {
 			directConfig = e.DirectConfig
-			return kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, kubevirtsim.SelfSubjectAccessAuthorizer(e.DirectConfig))
+			// virt-api's subresources, and cdi-apiserver's upload tokens
+			// for the simulated cdi-uploadproxy (uploads).
+			uploads = kubevirtsim.NewUploadProxy(e.DirectKube)
+			sub := kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, kubevirtsim.SelfSubjectAccessAuthorizer(e.DirectConfig))
+			tokens := uploads.TokenAPI(kubevirtsim.SelfSubjectAccessAuthorizerFor(e.DirectConfig, kubevirtsim.UploadGroup))
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if kubevirtsim.IsUploadTokenPath(r.URL.Path) {
+					tokens.ServeHTTP(w, r)
+					return
+				}
+				sub.ServeHTTP(w, r)
+			})
 		},
+		IsSubresourcePath: func(p string) bool { return kubevirtsim.IsSubresourcePath(p) || kubevirtsim.IsUploadTokenPath(p) },
 	}, func(e *testenv.Env) int {
 		env = e
 		noVirtAPI, err := e.NewProxy(nil, nil)
@@ -75,6 +92,12 @@ func TestMain(m *testing.M) {
 		defer metricsSites.close()
 		caddyDir, _ = os.MkdirTemp("", "caddy-proxmox-it-")
 		defer os.RemoveAll(caddyDir)
+		uploadProxy, uploadCA, err := startUploadProxy(caddyDir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "upload proxy:", err)
+			return 1
+		}
+		defer uploadProxy.Close()
 		port, _ := testcaddy.Port()
 		port2, _ := testcaddy.Port()
 		base = fmt.Sprintf("https://localhost:%d", port)
@@ -87,6 +110,9 @@ https://localhost:%d {
 		token %s %s
 		user %s %s
 		auth_failure_delay 0s
+		cdi_upload_proxy %s {
+			ca_file %s
+		}
 	}
 }
 https://localhost:%d {
@@ -97,11 +123,24 @@ https://localhost:%d {
 		auth_failure_delay 0s
 	}
 }
-`, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret) + metricsSites.caddyfile
+`, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, uploadProxy.URL, uploadCA, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret) + metricsSites.caddyfile
 		if err := loadCaddy(cfg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		return m.Run()
 	})
+}
+
+// startUploadProxy serves the simulated cdi-uploadproxy over TLS, as CDI
+// does, and writes the CA that signed its certificate to dir.
+func startUploadProxy(dir string) (*httptest.Server, string, error) {
+	srv := httptest.NewTLSServer(uploads)
+	ca := filepath.Join(dir, "cdi-uploadproxy-ca.pem")
+	block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(ca, block, 0o600); err != nil {
+		srv.Close()
+		return nil, "", err
+	}
+	return srv, ca, nil
 }
