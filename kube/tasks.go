@@ -431,6 +431,10 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 				return true, translate.ExitOK, nil
 			}
 		}
+	case GoalMoved:
+		if done, exit, lines := ts.evaluateMoved(t, vm, now); done {
+			return done, exit, lines
+		}
 	case GoalSnapshotReady:
 		exists, ready, failure := ts.c.snapshotState(t.namespace, t.object)
 		switch {

@@ -587,6 +587,7 @@ var routeNeeds = map[string]needFunc{
 	"PUT /nodes/{node}/qemu/{vmid}/cloudinit":                     vmNeeds(translate.PrivConfigCloudinit),
 	"GET /nodes/{node}/qemu/{vmid}/cloudinit/dump":                vmNeeds("VM.Audit"),
 	"PUT /nodes/{node}/qemu/{vmid}/resize":                        vmNeeds(translate.PrivConfigDisk),
+	"POST /nodes/{node}/qemu/{vmid}/move_disk":                    moveDiskNeeds,
 	"PUT /nodes/{node}/qemu/{vmid}/unlink":                        unlinkNeeds,
 	"POST /nodes/{node}/qemu/{vmid}/template":                     vmNeeds("VM.Allocate"),
 	"POST /nodes/{node}/qemu/{vmid}/clone":                        cloneNeeds,

@@ -243,6 +243,7 @@ func (h *APIHandler) routes() *http.ServeMux {
 	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/cloudinit", h.putQemuCloudinit)
 	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/cloudinit/dump", h.getQemuCloudinitDump)
 	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/resize", h.putQemuResize)
+	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/move_disk", h.postQemuMoveDisk)
 	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/unlink", h.putQemuUnlink)
 	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/template", h.postQemuTemplate)
 	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/clone", h.postQemuClone)
