@@ -24,7 +24,9 @@ func TestMoveDisk(t *testing.T) {
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("create: %s", exit)
 	}
-	t.Cleanup(func() { a.Do("DELETE", "/nodes/"+node+"/qemu/"+id, form("purge", "1", "destroy-unreferenced-disks", "1")) })
+	t.Cleanup(func() {
+		a.Do("DELETE", "/nodes/"+node+"/qemu/"+id, form("purge", "1", "destroy-unreferenced-disks", "1"))
+	})
 	move := "/nodes/" + node + "/qemu/" + id + "/move_disk"
 	a.OK("POST", move, form("disk", "scsi0", "storage", "ceph-block"), &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {

@@ -19,7 +19,9 @@ func TestMoveDisk(t *testing.T) {
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("create: %s", exit)
 	}
-	t.Cleanup(func() { a.Do("DELETE", "/nodes/"+node+"/qemu/"+id, url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}}) })
+	t.Cleanup(func() {
+		a.Do("DELETE", "/nodes/"+node+"/qemu/"+id, url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}})
+	})
 	move := "/nodes/" + node + "/qemu/" + id + "/move_disk"
 	config := func() map[string]any {
 		var cfg map[string]any
