@@ -189,9 +189,12 @@ func (h *APIHandler) routes() *http.ServeMux {
 	h.handle(mux, "GET /cluster/tasks", h.getClusterTasks)
 	h.handle(mux, "GET /cluster/ha", h.getHAIndex)
 	h.handle(mux, "GET /cluster/ha/groups", h.emptyList)
-	h.handle(mux, "GET /cluster/ha/resources", h.emptyList)
+	h.handle(mux, "GET /cluster/ha/resources", h.getHAResources)
+	h.handle(mux, "POST /cluster/ha/resources", h.postHAResource)
 	h.handle(mux, "GET /cluster/ha/resources/{sid}", h.getHAResource)
-	h.handle(mux, "GET /cluster/ha/status/current", h.emptyList)
+	h.handle(mux, "PUT /cluster/ha/resources/{sid}", h.putHAResource)
+	h.handle(mux, "DELETE /cluster/ha/resources/{sid}", h.deleteHAResource)
+	h.handle(mux, "GET /cluster/ha/status/current", h.getHAStatus)
 
 	// pools and storage
 	h.handle(mux, "GET /pools", h.getPools)
