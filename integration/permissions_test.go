@@ -97,7 +97,7 @@ func TestImpersonationLetsKubernetesDecide(t *testing.T) {
 	// A cloud-init drive needs a Secret, which kubevirt.io:edit does not
 	// grant: Kubernetes refuses the impersonated write and nothing is
 	// created, although the plugin's own account could have written it.
-	ans := alice.Do("POST", "/nodes/"+node+"/qemu", form("vmid", fmt.Sprint(mustAtoi(id)+1), "name", "imp-ci", "pool", ns, "ciuser", "debian", "ide2", "local-lvm:cloudinit"))
+	ans := alice.Do("POST", "/nodes/"+node+"/qemu", form("vmid", fmt.Sprint(mustAtoi(id)+1), "name", "imp-ci", "pool", ns, "ciuser", "debian", "ide2", "local-path:cloudinit"))
 	if ans.Code != http.StatusForbidden || !strings.HasPrefix(strings.TrimSpace(ans.Message), "Permission check failed (/vms/") {
 		t.Fatalf("create with cloud-init as alice (no secrets right): %s %s", ans.Status, ans.Raw)
 	}
