@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
@@ -128,6 +129,20 @@ func (h *APIHandler) fileClass(q *request) (string, *apiError) {
 		return "", newError(http.StatusInternalServerError, "storage '%s' keeps files on StorageClass '%s', which does not exist", h.LocalStorage.name(), sc)
 	}
 	return sc, nil
+}
+
+// fileDestination is where a new file's claim goes: the namespace VMs are
+// created in without pool, and fileClass; verb words the refusals.
+func (h *APIHandler) fileDestination(q *request, verb string) (ns, class string, e *apiError) {
+	if !q.c.HasCDI() {
+		return "", "", newError(http.StatusInternalServerError, "%v", kube.ErrNoCDI)
+	}
+	ns = h.defaultNamespace()
+	if !q.c.Serves(ns) {
+		return "", "", newError(http.StatusInternalServerError, "cannot %s: namespace '%s' (where VMs are created without pool) is not served", verb, ns)
+	}
+	class, e = h.fileClass(q)
+	return ns, class, e
 }
 
 // dirRow is the directory storage's row; a StorageClass of the same name

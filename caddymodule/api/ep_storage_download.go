@@ -125,14 +125,7 @@ func (h *APIHandler) postDownloadURL(q *request) (any, *apiError) {
 	// certificate check), the plugin does, fetching the file itself.
 	sum := checksumParams(q.p)
 	streamed := sum != nil || (!d.verify && strings.HasPrefix(d.url, "https:"))
-	if !q.c.HasCDI() {
-		return nil, newError(http.StatusInternalServerError, "%v", kube.ErrNoCDI)
-	}
-	ns := h.defaultNamespace()
-	if !q.c.Serves(ns) {
-		return nil, newError(http.StatusInternalServerError, "cannot download: namespace '%s' (where VMs are created without pool) is not served", ns)
-	}
-	class, e := h.fileClass(q)
+	ns, class, e := h.fileDestination(q, "download")
 	if e != nil {
 		return nil, e
 	}

@@ -134,14 +134,7 @@ func (h *APIHandler) postUpload(q *request) (any, *apiError) {
 	if e := h.fileTarget(q, s, content, file); e != nil {
 		return nil, e
 	}
-	if !q.c.HasCDI() {
-		return nil, newError(http.StatusInternalServerError, "%v", kube.ErrNoCDI)
-	}
-	ns := h.defaultNamespace()
-	if !q.c.Serves(ns) {
-		return nil, newError(http.StatusInternalServerError, "cannot upload: namespace '%s' (where VMs are created without pool) is not served", ns)
-	}
-	class, e := h.fileClass(q)
+	ns, class, e := h.fileDestination(q, "upload")
 	if e != nil {
 		return nil, e
 	}
