@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of caddy-proxmox on a fresh machine: installs what the
 # tests need (Debian's python3-proxmoxer, python3-websockets, ansible and
-# chromium, noVNC and xterm.js from the npm registry, the kube-apiserver and
-# etcd built from the Go module proxy), builds ./caddy, then vets, tests,
-# runs the bpg Terraform provider's own acceptance tests against ./caddy
-# (testenv/bpg/run.sh) and briefly fuzzes.
+# chromium, noVNC and xterm.js from the npm registry; kube-apiserver, etcd
+# and KubeVirt's virt-api built from the Go module proxy), builds ./caddy,
+# then vets, tests, runs the bpg Terraform provider's own acceptance tests
+# against ./caddy (testenv/bpg/run.sh) and briefly fuzzes.
 #
 #   ./test.sh              everything
 #   FUZZTIME=10s ./test.sh longer fuzzing
@@ -47,8 +47,8 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-echo "== go test"
-go test -count=1 -timeout 20m ./...
+echo "== go test (in random order: no test may depend on another's leftovers)"
+go test -count=1 -shuffle on -timeout 20m ./...
 
 echo "== bpg Terraform provider acceptance tests (testenv/bpg)"
 testenv/bpg/run.sh

@@ -106,7 +106,7 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 	}
 
 	// Let the DataVolume appear, then delete the disk with its volume.
-	cdi, err := containerizeddataimporter.NewForConfig(directConfig)
+	cdi, err := containerizeddataimporter.NewForConfig(env.DirectConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

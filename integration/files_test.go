@@ -69,7 +69,7 @@ func TestUploadToLocalStorage(t *testing.T) {
 	if ann[kubevirtsim.AnnotationUploadedSHA256] != hexSum || ann[kubevirtsim.AnnotationUploadedBytes] != strconv.Itoa(len(data)) {
 		t.Fatalf("the upload server got other bytes: %v", ann)
 	}
-	cdi, err := containerizeddataimporter.NewForConfig(directConfig)
+	cdi, err := containerizeddataimporter.NewForConfig(env.DirectConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

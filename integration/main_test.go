@@ -1,6 +1,7 @@
 // Package integration runs caddy-proxmox inside a real Caddy against a real
-// kube-apiserver and etcd (with the KubeVirt CRDs, RBAC on, the stand-in
-// controller and virt-api), and drives it with real Proxmox clients.
+// kube-apiserver and etcd with KubeVirt's own virt-api (its CRDs, RBAC,
+// admission webhooks and subresource API), the stand-in controller and
+// virt-handler, and drives it with real Proxmox clients.
 package integration
 
 import (
@@ -44,15 +45,21 @@ var (
 	// metrics API too but a Prometheus that never answers (metrics_test.go).
 	metricsBase, hangingPromBase string
 	caddyDir                     string
-	directConfig                 *rest.Config
+	// controllerConfig is the identity of the stand-in controller
+	// (KubeVirt's virt-controller service account).
+	controllerConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{
-		Seed: true,
+		Seed:    true,
+		VirtAPI: true,
+		// Snapshots are Beta in KubeVirt v1.8 and off by default; the suite
+		// runs on a cluster that has turned them on.
+		FeatureGates: []string{"Snapshot"},
 		Controller: func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error {
-			// NewSubresources ran first and kept the admin config.
-			cdi, err := containerizeddataimporter.NewForConfig(directConfig)
+			// NewVirtHandler ran first and kept the controller's config.
+			cdi, err := containerizeddataimporter.NewForConfig(controllerConfig)
 			if err != nil {
 				return err
 			}
@@ -61,29 +68,23 @@ func TestMain(m *testing.M) {
 				CDI: cdi, DataVolumeDelay: 300 * time.Millisecond, SnapshotDelay: 200 * time.Millisecond,
 			}).Run(ctx)
 		},
-		NewSubresources: func(e *testenv.Env) http.Handler {
-			directConfig = e.DirectConfig
-			// virt-api's subresources, and cdi-apiserver's upload tokens
-			// for the simulated cdi-uploadproxy (uploads).
-			uploads = kubevirtsim.NewUploadProxy(e.DirectKube)
-			sub := kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, kubevirtsim.SelfSubjectAccessAuthorizer(e.DirectConfig))
-			tokens := uploads.TokenAPI(kubevirtsim.SelfSubjectAccessAuthorizerFor(e.DirectConfig, kubevirtsim.UploadGroup))
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if kubevirtsim.IsUploadTokenPath(r.URL.Path) {
-					tokens.ServeHTTP(w, r)
-					return
-				}
-				sub.ServeHTTP(w, r)
-			})
+		NewVirtHandler: func(e *testenv.Env) http.Handler {
+			controllerConfig = e.ControllerConfig
+			return kubevirtsim.NewVirtHandler(kubevirt.NewForConfigOrDie(e.VirtHandlerConfig))
 		},
-		IsSubresourcePath: func(p string) bool { return kubevirtsim.IsSubresourcePath(p) || kubevirtsim.IsUploadTokenPath(p) },
 	}, func(e *testenv.Env) int {
 		env = e
-		noVirtAPI, err := e.NewProxy(nil, nil)
+		// cdi-apiserver's upload tokens behind the aggregator, for the
+		// simulated cdi-uploadproxy (uploads).
+		uploads = kubevirtsim.NewUploadProxy(e.DirectKube)
+		e.Proxy.SetAPI(kubevirtsim.UploadGroup, "v1beta1",
+			uploads.TokenAPI(kubevirtsim.SelfSubjectAccessAuthorizerFor(e.DirectConfig, kubevirtsim.UploadGroup)))
+		noVirtAPI, err := e.NewProxy()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fallback proxy:", err)
 			return 1
 		}
+		noVirtAPI.HideGroup(testenv.SubresourceGroup)
 		metricsSites, err := startMetricsSites(e)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "metrics sites:", err)
@@ -124,7 +125,11 @@ https://localhost:%d {
 	}
 }
 `, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, uploadProxy.URL, uploadCA, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret) + metricsSites.caddyfile
-		if err := loadCaddy(cfg); err != nil {
+		if _, err := testcaddy.LoadCaddyfile(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := testcaddy.Ready(base+"/api2/json/version", 30*time.Second); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

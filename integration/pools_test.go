@@ -80,7 +80,7 @@ func TestPoolsAreNamespaces(t *testing.T) {
 	// A DataVolume made with Kubernetes tools keeps the pool too; once it
 	// is deleted, its claim (garbage collected by the stand-in controller)
 	// is waited for.
-	cdi, err := containerizeddataimporter.NewForConfig(directConfig)
+	cdi, err := containerizeddataimporter.NewForConfig(env.DirectConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,6 +127,8 @@ func (f pixelFormat) appendPixel(dst []byte, r, g, b uint8) []byte {
 // connection ends the previous one.
 type ConsoleServer struct {
 	kv kubevirt.Interface
+	// getVMI reads a VMI; nil: a GET with kv.
+	getVMI func(ctx context.Context, ns, name string) (*virtv1.VirtualMachineInstance, error)
 
 	mu     sync.Mutex
 	active map[string]*websocket.Conn
@@ -167,11 +169,22 @@ func (s *ConsoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, notFound())
 		return
 	}
+	s.serve(w, r, ns, name, kind)
+}
+
+// serve runs a console session of kind (vnc or console) with the VMI ns/name.
+func (s *ConsoleServer) serve(w http.ResponseWriter, r *http.Request, ns, name, kind string) {
 	if r.Method != http.MethodGet {
 		writeStatus(w, methodNotAllowed(r.Method))
 		return
 	}
-	vmi, err := s.kv.KubevirtV1().VirtualMachineInstances(ns).Get(r.Context(), name, metav1.GetOptions{})
+	get := s.getVMI
+	if get == nil {
+		get = func(ctx context.Context, ns, name string) (*virtv1.VirtualMachineInstance, error) {
+			return s.kv.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+	}
+	vmi, err := get(r.Context(), ns, name)
 	if err != nil {
 		writeStatus(w, err)
 		return

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -31,6 +32,10 @@ type Resource struct {
 	// not in HA; "ignored" when in HA's config but managed directly).
 	HAState  string `json:"hastate,omitempty"`
 	Template bool   `json:"template,omitempty"`
+	// Tags are the guest's Proxmox tags (see HasTag).
+	Tags []string `json:"tags,omitempty"`
+	// Usage is what pvestatd last measured (busy.go).
+	Usage Usage `json:"-"`
 }
 
 // obs is the part of the row that, when it changes, ends a failed wake's
@@ -54,6 +59,8 @@ type resourceRow struct {
 	Lock     string      `json:"lock"`
 	HAState  string      `json:"hastate"`
 	Template *pveBool    `json:"template"`
+	Tags     string      `json:"tags"`
+	usageRow
 }
 
 // Cluster is the runtime of one configured cluster: its client, its nodes
@@ -86,6 +93,15 @@ type Cluster struct {
 	described bool
 	subs      map[*Guest]struct{}
 	simKey    string
+
+	// nodeOps are the node wakes in progress, by node (see wol.go).
+	nodeMu  sync.Mutex
+	nodeOps map[string]*nodeOp
+	// share, when set, shares activity and power ownership with other
+	// Caddy instances (see shared.go).
+	share atomic.Pointer[Share]
+	// notify are the lifecycle event receivers (notify.go).
+	notify notifiers
 }
 
 // AcquireCluster returns the runtime for cfg, shared with any config
@@ -304,7 +320,8 @@ func indexRows(rows []resourceRow, prev map[int]Resource) (byVMID map[int]Resour
 		if err != nil || id <= 0 {
 			continue
 		}
-		res := Resource{VMID: int(id), Kind: r.Type, Node: r.Node, Name: r.Name, Status: r.Status, Lock: r.Lock, HAState: r.HAState}
+		res := Resource{VMID: int(id), Kind: r.Type, Node: r.Node, Name: r.Name, Status: r.Status, Lock: r.Lock, HAState: r.HAState, Tags: splitTags(r.Tags)}
+		res.Usage = r.usage()
 		if r.Template != nil {
 			res.Template = bool(*r.Template)
 		}

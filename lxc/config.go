@@ -32,6 +32,8 @@ type ClusterConfig struct {
 	RequestTimeout time.Duration
 	// Simulate serves the cluster from an in-process pvesim demo.
 	Simulate bool
+	// WakeNodes, when set, wakes a guest's powered-off node first.
+	WakeNodes *NodeWake
 }
 
 // Defaults of ClusterConfig.
@@ -44,6 +46,11 @@ const (
 func (c *ClusterConfig) Validate() error {
 	if c.Name == "" || strings.ContainsAny(c.Name, "/ \t") {
 		return fmt.Errorf("cluster name %q must be non-empty without '/' or spaces", c.Name)
+	}
+	if c.WakeNodes != nil {
+		if err := c.WakeNodes.validate(); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
 	}
 	if c.Simulate {
 		if len(c.URLs) > 0 || c.TokenID != "" {
@@ -91,6 +98,9 @@ func (c ClusterConfig) key() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q|%q|%q|%q|%v|%v|%v|%v", c.URLs, c.TokenID, c.TokenSecret, c.TLSTrustedCACerts,
 		c.TLSInsecureSkipVerify, c.PollInterval, c.RequestTimeout, c.Simulate)
+	if c.WakeNodes != nil {
+		fmt.Fprintf(h, "|wake_nodes %s", c.WakeNodes)
+	}
 	return c.Name + "|" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
@@ -137,8 +147,11 @@ type GuestConfig struct {
 	MaxBackoff   time.Duration
 	// TaskPollInterval is the period of task and status checks in a wake.
 	TaskPollInterval time.Duration
-	// KeepWarm windows keep the guest from idling out.
+	// KeepWarm windows keep the guest from idling out, and start it when
+	// they open.
 	KeepWarm []Window
+	// TimeZone is where KeepWarm's clock times are (nil: local time).
+	TimeZone *time.Location
 	// DependsOn are guests (vmids or names in the same cluster) woken
 	// first, in parallel, and kept awake while this guest is up.
 	DependsOn []string
@@ -146,6 +159,13 @@ type GuestConfig struct {
 	// (by default such a start counts as activity and the guest idles out
 	// like any other).
 	LeaveExternal bool
+	// BusyIf, PreStopCheck (with PreStopTimeout) and StreamIdleTimeout
+	// are activity the proxy cannot see, and streams that stop counting
+	// as activity: busy.go, prestop.go, streams.go.
+	BusyIf            []BusyRule
+	PreStopCheck      string
+	PreStopTimeout    time.Duration
+	StreamIdleTimeout time.Duration
 	// needAddress is false for implicit dependencies, which are never
 	// proxied to: running is ready for them.
 	needAddress bool
@@ -240,7 +260,7 @@ func (c GuestConfig) Validate() error {
 			return fmt.Errorf("depends_on: %w", err)
 		}
 	}
-	return nil
+	return c.validateActivity()
 }
 
 // ValidateRef checks a guest reference: a vmid or a name.

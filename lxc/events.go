@@ -8,9 +8,10 @@ import (
 // Event is one step of a wake, for the loading page's live progress.
 type Event struct {
 	Time time.Time `json:"time"`
-	// Phase is one of: starting, waiting_stop, waking_dep, waiting (a
-	// config lock, or HA at work), start_task, task_ok, running, address,
-	// probing, settling, ready, error.
+	// Phase is one of: starting, waking_node, node_online (a powered-off
+	// node woken first), waiting_stop, waking_dep, waiting (a config lock,
+	// or HA at work), start_task, task_ok, running, address, probing,
+	// settling, ready, error.
 	Phase string `json:"phase"`
 	// Message is fit for anyone who can reach the site; Detail, when set,
 	// names nodes, addresses and the cluster's error text (show_details).

@@ -83,6 +83,16 @@ type Guest struct {
 	// warned remembers the one-time warnings given (LXC suspend, HA
 	// containers' hard stop).
 	warned map[string]bool
+	// warmTimer fires at the next keep_warm window opening.
+	warmTimer *time.Timer
+	// shared publishes activity to other Caddy instances.
+	shared shareState
+
+	// usage, tracked and preStop are the activity the proxy does not
+	// see: busy.go, streams.go, prestop.go.
+	usage   usageWindow
+	tracked map[*StreamActivity]struct{}
+	preStop preStopState
 
 	prog progress
 }
@@ -240,6 +250,8 @@ func (g *Guest) Destruct() error {
 	if g.idleTimer != nil {
 		g.idleTimer.Stop()
 	}
+	g.stopWarm()
+	g.stopShare()
 	for _, b := range g.bindings {
 		b.c.unsubscribe(g)
 	}
@@ -309,6 +321,7 @@ func (g *Guest) Begin(stream bool) func() {
 		g.streams++
 	}
 	g.lastActivity = time.Now()
+	g.touchShareLocked()
 	g.mu.Unlock()
 	return func() {
 		g.mu.Lock()
@@ -317,6 +330,7 @@ func (g *Guest) Begin(stream bool) func() {
 			g.streams--
 		}
 		g.lastActivity = time.Now()
+		g.touchShareLocked()
 		if g.inflight == 0 {
 			g.armIdleLocked(0)
 		}
@@ -386,6 +400,7 @@ func (g *Guest) observe(c *Cluster, res Resource, lookupErr error, now time.Time
 		g.name = res.Name
 	}
 	g.res = res
+	g.sampleUsageLocked(res, now)
 	if g.idleDeferred {
 		g.idleDeferred = false
 		g.armIdleLocked(0)
@@ -521,6 +536,11 @@ type Info struct {
 	// last poll saw them.
 	Lock    string `json:"lock,omitempty"`
 	HAState string `json:"hastate,omitempty"`
+	// Busy says why the guest counts as active without requests (a
+	// busy_if rule, a pre_stop_check's answer); Usage is its usage over
+	// the first busy_if window (1m without busy_if).
+	Busy  string `json:"busy,omitempty"`
+	Usage *Rates `json:"usage,omitempty"`
 }
 
 // Info returns a snapshot.
@@ -544,6 +564,7 @@ func (g *Guest) Info() Info {
 	if s, ok := g.sleepInLocked(now); ok {
 		in.SleepIn = &s
 	}
+	in.Busy, in.Usage = g.activityInfoLocked(cfg, now)
 	if g.state == StateFailed && now.Before(g.failedUntil) {
 		r := g.failedUntil.Sub(now).Seconds()
 		in.RetryIn = &r
@@ -557,7 +578,7 @@ func (g *Guest) sleepInLocked(now time.Time) (float64, bool) {
 	if cfg.IdleTimeout <= 0 || (g.state != StateReady && g.state != StateRunning) {
 		return 0, false
 	}
-	if g.inflight > 0 || g.holders > 0 {
+	if g.holders > 0 || g.inflightKeepsUpLocked(cfg, now, false) {
 		return cfg.IdleTimeout.Seconds(), true
 	}
 	return max(0, g.lastActivity.Add(cfg.IdleTimeout).Sub(now).Seconds()), true

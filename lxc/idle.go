@@ -55,8 +55,9 @@ func (g *Guest) idleCheck() {
 	case g.state != StateReady && g.state != StateRunning && g.state != StateFailed:
 		g.mu.Unlock()
 		return
-	case g.wake != nil || g.inflight > 0 || g.holders > 0:
-		// Whatever ends these re-arms the check.
+	case g.wake != nil || g.holders > 0 || g.inflightKeepsUpLocked(cfg, now, true):
+		// Whatever ends these re-arms the check (quiet streams: see
+		// inflightKeepsUpLocked).
 		g.mu.Unlock()
 		return
 	case cfg.LeaveExternal && g.external:
@@ -66,7 +67,7 @@ func (g *Guest) idleCheck() {
 		g.armIdleLocked(0)
 		g.mu.Unlock()
 		return
-	case inWindow(cfg.KeepWarm, now):
+	case cfg.inKeepWarm(now):
 		g.armIdleLocked(min(cfg.IdleTimeout, keepWarmRecheck))
 		g.mu.Unlock()
 		return
@@ -83,6 +84,10 @@ func (g *Guest) idleCheck() {
 		return
 	}
 	g.deferredWhy = ""
+	if g.preStopPendingLocked(cfg) {
+		g.mu.Unlock()
+		return
+	}
 	done := g.beginStopLocked()
 	g.mu.Unlock()
 	go g.runStop(done, "idle")
@@ -141,6 +146,14 @@ func (g *Guest) runStop(done chan struct{}, reason string) {
 	if b.c == nil || t.vmid == 0 {
 		out = stopOutcome{err: fmt.Errorf("guest %s has no known vmid", g.key)}
 	} else {
+		// Other Caddy instances sharing the storage: one of them may have
+		// served the guest, or be starting it.
+		release, wait := g.claimStop(ctx, b, t, reason)
+		if wait > 0 {
+			g.deferStopToPeer(done, wait)
+			return
+		}
+		defer release()
 		out = g.stopSteps(ctx, b.c, cfg, log)
 	}
 	g.finishStop(done, reason, cfg, out, log)
@@ -271,6 +284,7 @@ func (g *Guest) finishStop(done chan struct{}, reason string, cfg GuestConfig, o
 	g.mu.Unlock()
 	metrics.stops.WithLabelValues(g.clusterName, g.ref, reason).Inc()
 	log.Info("guest put to sleep")
+	g.notifyAsleep(reason, cfg, out.suspended)
 }
 
 // warnOnce logs a warning the first time this guest meets it.

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// Window is a recurring keep-warm period in local time: while inside it,
-// a guest is never stopped for idleness.
+// Window is a recurring keep-warm period in the config's time zone:
+// while inside it, a guest is never stopped for idleness, and it is
+// started when the window opens.
 type Window struct {
 	// Days the window starts on (all days if empty).
 	Days [7]bool

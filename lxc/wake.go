@@ -15,6 +15,7 @@ type WakeOp struct {
 	done    chan struct{}
 	err     error
 	started time.Time
+	reason  string
 }
 
 // Done is closed when the wake ends.
@@ -107,7 +108,7 @@ func (g *Guest) wakeLocked(reason string, force bool) *WakeOp {
 			RetryAfter: g.failedUntil.Sub(now),
 		})
 	}
-	op := &WakeOp{done: make(chan struct{}), started: now}
+	op := &WakeOp{done: make(chan struct{}), started: now, reason: reason}
 	g.wake = op
 	g.seen = ""
 	if g.state != StateStopping {
@@ -146,10 +147,16 @@ func (g *Guest) WaitReady(ctx context.Context) error {
 
 // runWake runs one wake to its end and publishes the outcome.
 func (g *Guest) runWake(op *WakeOp, b *Binding) {
+	g.notifyWaking(op, b.c)
 	cfg := b.cfg
+	// A powered-off node is woken first, within its own join_timeout.
+	nodeErr := g.nodeUp(b)
 	ctx, cancel := context.WithTimeout(g.ctx, cfg.WakeTimeout)
 	defer cancel()
-	deps, err := g.wakeSteps(ctx, b)
+	deps, err := []*Guest(nil), nodeErr
+	if err == nil {
+		deps, err = g.wakeSteps(ctx, b)
+	}
 	if err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		public := fmt.Sprintf("The service was not ready within %s.", cfg.WakeTimeout)
 		if f := (*failure)(nil); errors.As(err, &f) && f.waited {
@@ -227,6 +234,7 @@ func (g *Guest) runWake(op *WakeOp, b *Binding) {
 		g.logger.Info("guest ready", zap.Duration("duration", elapsed), zap.String("node", t.node), zap.Int("vmid", t.vmid))
 	}
 	metrics.wakeDuration.WithLabelValues(g.clusterName, g.ref, result).Observe(elapsed.Seconds())
+	g.notifyWakeEnd(op.err, elapsed)
 }
 
 // wakeSteps brings the guest up, checking readiness in layers: start task
@@ -401,8 +409,15 @@ func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error 
 		if step.action == actResume {
 			action, msg, verb = "resume", "Resuming the suspended guest", "Resuming"
 		}
+		// Other Caddy instances sharing the storage: one posts the start.
+		release, changed := g.claimStart(ctx, c, t, st)
+		if changed {
+			release()
+			continue
+		}
 		g.emit(Event{Phase: "start_task", Message: msg, Detail: fmt.Sprintf("%s %s %d on %s", verb, kindLabel(t.kind), t.vmid, t.node), Progress: 15})
 		task, err := runTask(ctx, client, t, action, cfg.TaskPollInterval, cfg.StopTimeout)
+		release()
 		if task != nil {
 			g.logger.Info(action+" task", zap.String("upid", string(task.UPID)), zap.NamedError("task_error", err),
 				zap.String("node", t.node), zap.Int("vmid", t.vmid), zap.Bool("ha", bool(st.HA.Managed)))

@@ -156,10 +156,17 @@ func (s *Sim) route(method string, seg []string, params map[string]string) (any,
 			rows = append(rows, s.nodeRowLocked(n))
 		}
 		return rows, nil, nil
+	case method == http.MethodPost && len(seg) == 3 && seg[0] == "nodes" && seg[2] == "wakeonlan":
+		data, aerr := s.wakeOnLANLocked(seg[1])
+		return data, nil, aerr
 	case len(seg) >= 2 && seg[0] == "nodes":
 		node := seg[1]
 		if !s.hasNode(node) {
 			return nil, nil, newErr(500, "hostname lookup '%s' failed - failed to get address info for: %s: Name or service not known", node, node)
+		}
+		if s.offLocked(node) && node != s.localNodeLocked() {
+			// pveproxy proxies the call to the node, which does not answer.
+			return nil, nil, newErr(595, "No route to host")
 		}
 		return s.nodeRouteLocked(method, node, seg[2:], params)
 	}
@@ -319,6 +326,10 @@ func writeErr(w http.ResponseWriter, r *http.Request, e *apiError) {
 		body["errors"] = errs
 	}
 	buf, _ := json.Marshal(body)
+	if e.code == 595 {
+		// pveproxy relays AnyEvent::HTTP's connection error: no body.
+		buf = nil
+	}
 	phrase := strings.Map(func(c rune) rune {
 		if c < 0x20 || c == 0x7f {
 			return ' '

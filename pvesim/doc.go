@@ -21,6 +21,12 @@
 // stop in its error state); config locks that fail power tasks the way
 // check_lock does; a backup of a stopped VM running it in prelaunch;
 // migrations; /cluster/resources rows of a stalled node ("unknown", no
-// name); templates; LXC suspend as lxc-checkpoint; and per-token ACLs
-// with the 403s of PVE 8 and 9.
+// name); templates; tags; LXC suspend as lxc-checkpoint; powered-off
+// nodes (595 from pveproxy), PVE's wakeonlan call and magic packets on the
+// LAN, nodes joining after boot; per-token ACLs with the 403s of PVE 8 and
+// 9; and guests' usage as pvestatd reports it (CPU as a fraction of the
+// guest's CPUs, network and disk byte counters since the guest started,
+// the bytes its service exchanged included, measured every StatInterval),
+// with a load a test sets (SetLoad) to make a guest busy without any HTTP
+// traffic.
 package pvesim

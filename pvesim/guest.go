@@ -31,7 +31,11 @@ type guest struct {
 	// of an earlier run does not start serving.
 	gen int
 
+	// usage is what it does and has done (usage.go).
+	usage usageModel
+
 	ln           net.Listener
+	echo         *echoServers
 	srv          *http.Server
 	servingSince time.Time
 	hijacked     *connSet
@@ -111,6 +115,7 @@ func (g *guest) serveLocked() {
 		g.sim.logf("pvesim: guest %d cannot listen on %s: %v", g.spec.VMID, addr, err)
 		return
 	}
+	ln = countingListener{Listener: ln, in: &g.usage.servedIn, out: &g.usage.servedOut}
 	h := g.spec.Handler
 	if h == nil {
 		h = g.defaultHandler()
@@ -128,6 +133,7 @@ func (g *guest) serveLocked() {
 	}
 	g.ln, g.srv, g.servingSince = ln, srv, time.Now()
 	go func() { _ = srv.Serve(ln) }()
+	g.startEchoLocked()
 	g.sim.logf("pvesim: guest %d serves on %s", g.spec.VMID, addr)
 }
 
@@ -138,6 +144,7 @@ func (g *guest) unserveLocked() {
 		_ = g.srv.Close()
 		g.hijacked.closeAll()
 	}
+	g.stopEchoLocked()
 	g.ln, g.srv = nil, nil
 }
 

@@ -3,11 +3,14 @@ package pvesim
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 // The behaviours below are PVE's, each checked against its source (see
@@ -27,7 +30,7 @@ func simWith(t *testing.T, opts Options, specs ...GuestSpec) (*Sim, *proxmox.Cli
 			sp.IP = fmt.Sprintf("127.0.0.%d", 70+i)
 		}
 		if sp.Port == 0 {
-			sp.Port = freePort(t)
+			sp.Port = testutil.FreePort(t)
 		}
 		if err := s.AddGuest(sp); err != nil {
 			t.Fatal(err)
@@ -81,13 +84,7 @@ func rows(t *testing.T, c *proxmox.Client) []map[string]any {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, what, cond)
 }
 
 // HA start and stop tasks only ask HA: they end OK while the guest has
@@ -123,7 +120,8 @@ func TestHAShutdownTimeoutAndErrorState(t *testing.T) {
 	s, c := simWith(t, Options{HADelay: 30 * time.Millisecond},
 		GuestSpec{VMID: 100, HA: true, Running: true, ShutdownDelay: 3 * time.Second},
 		GuestSpec{VMID: 200, Kind: "qemu", HA: true, Running: true, ShutdownDelay: 3 * time.Second},
-		GuestSpec{VMID: 101, HA: true, Running: true, ShutdownDelay: 3 * time.Second})
+		GuestSpec{VMID: 101, HA: true, Running: true, ShutdownDelay: 3 * time.Second},
+		GuestSpec{VMID: 102, HA: true})
 	if _, err := post(t, c, "pve1", "lxc", 100, "shutdown", map[string]any{"timeout": 1, "forceStop": true}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +140,12 @@ func TestHAShutdownTimeoutAndErrorState(t *testing.T) {
 	if _, err := post(t, c, "pve1", "lxc", 100, "stop", nil); err != nil {
 		t.Fatalf("request in error: %v", err)
 	}
-	time.Sleep(200 * time.Millisecond) // several HA rounds
+	// HA has gone through the rounds that request would take: a start
+	// asked after it (a round, then the start) is done.
+	if _, err := post(t, c, "pve1", "lxc", 102, "start", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the later start", func() bool { return s.Status(102) == "running" })
 	if s.Status(100) != "running" || s.HAState(100) != "error" {
 		t.Fatal("a request left the error state")
 	}
@@ -319,4 +322,114 @@ func TestGuestNetwork(t *testing.T) {
 		t.Fatalf("config %v", cfg)
 	}
 	_ = s
+}
+
+// Tags come with /cluster/resources as PVE stores them: lower case,
+// sorted, joined with ';' (get_unique_tags); the guest's config has them
+// too, and a stalled node's rows keep them (they come from the configs).
+func TestTagsInRows(t *testing.T) {
+	s, c := simWith(t, Options{}, GuestSpec{VMID: 100, Tags: []string{"Caddy-Wake", "caddy-port-8080"}}, GuestSpec{VMID: 101})
+	tags := map[float64]any{}
+	for _, r := range rows(t, c) {
+		tags[r["vmid"].(float64)] = r["tags"]
+	}
+	if tags[100] != "caddy-port-8080;caddy-wake" || tags[101] != nil {
+		t.Fatalf("tags %v", tags)
+	}
+	s.SetTags(101, "web")
+	s.SetNodeStale("pve1", true)
+	for _, r := range rows(t, c) {
+		if r["vmid"].(float64) == 101 && (r["tags"] != "web" || r["status"] != "unknown") {
+			t.Fatalf("stale row %v", r)
+		}
+	}
+	var cfg map[string]any
+	if err := c.Get(context.Background(), "/nodes/pve1/lxc/100/config", &cfg); err != nil || cfg["tags"] != "caddy-port-8080;caddy-wake" {
+		t.Fatalf("config %v %v", cfg, err)
+	}
+	if err := s.AddGuest(GuestSpec{VMID: 102, Tags: []string{"a b"}}); err == nil {
+		t.Fatal("bad tag accepted")
+	}
+}
+
+// A powered-off node: its guests are off, its row says offline, its
+// guests' rows unknown (tags kept), and calls proxied to it fail with
+// pveproxy's 595. PVE's wakeonlan runs on the node asked, needs the
+// target's wakeonlan config and Sys.PowerMgmt, and the node joins after
+// booting; a magic packet from elsewhere on the LAN wakes it too.
+func TestNodePowerAndWakeOnLAN(t *testing.T) {
+	s, c := simWith(t, Options{NodeBootDelay: 50 * time.Millisecond},
+		GuestSpec{VMID: 100, Node: "pve2", Running: true, Tags: []string{"caddy-wake"}})
+	if err := s.PowerOffNode("pve2"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Status(100) != "stopped" || s.NodeOnline("pve2") {
+		t.Fatal("node off, guest still running")
+	}
+	var nodes []map[string]any
+	if err := c.Get(context.Background(), "/cluster/resources?type=node", &nodes); err != nil {
+		t.Fatal(err)
+	}
+	if nodes[1]["node"] != "pve2" || nodes[1]["status"] != "offline" || nodes[0]["status"] != "online" {
+		t.Fatalf("node rows %v", nodes)
+	}
+	if r := rows(t, c)[0]; r["status"] != "unknown" || r["name"] != nil || r["tags"] != "caddy-wake" {
+		t.Fatalf("guest row %v", r)
+	}
+	_, err := current(t, c, "pve2", "lxc", 100)
+	if err == nil || !strings.Contains(err.Error(), "595") {
+		t.Fatalf("status of a guest on an offline node: %v", err)
+	}
+	wake := func(node string) (string, error) {
+		var mac string
+		err := c.Post(context.Background(), "/nodes/"+node+"/wakeonlan", nil, &mac)
+		return mac, err
+	}
+	if _, err := wake("pve2"); err == nil || !strings.Contains(err.Error(), "No wake on LAN MAC address defined for 'pve2'!") {
+		t.Fatalf("without config: %v", err)
+	}
+	if _, err := wake("pve1"); err == nil || !strings.Contains(err.Error(), "'pve1' is local node, cannot wake my self!") {
+		t.Fatalf("local node: %v", err)
+	}
+	s.SetNodeWakeOnLAN("pve2", s.NodeMAC("pve2"))
+	s.SetPrivileges("/vms", "VM.Audit")
+	if _, err := wake("pve2"); err == nil || !strings.Contains(err.Error(), "Permission check failed (/nodes/pve2, Sys.PowerMgmt)") {
+		t.Fatalf("without Sys.PowerMgmt: %v", err)
+	}
+	s.SetPrivileges("/nodes", "Sys.PowerMgmt")
+	if mac, err := wake("pve2"); err != nil || mac != s.NodeMAC("pve2") {
+		t.Fatalf("wakeonlan: %q %v", mac, err)
+	}
+	waitUntil(t, "pve2 joins", func() bool { return s.NodeOnline("pve2") })
+	if st, err := current(t, c, "pve2", "lxc", 100); err != nil || st.Status != "stopped" {
+		t.Fatalf("after the join: %+v %v", st, err)
+	}
+	// A magic packet sent to the LAN.
+	if err := s.PowerOffNode("pve2"); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := s.ListenWOL("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hw, _ := net.ParseMAC(s.NodeMAC("pve2"))
+	pkt := append([]byte{}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	for i := 0; i < 16; i++ {
+		pkt = append(pkt, hw...)
+	}
+	if _, err := conn.Write(pkt[:60]); err != nil { // truncated: ignored
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(pkt); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "pve2 joins after a magic packet", func() bool { return s.NodeOnline("pve2") })
+	if n := s.WakePackets("pve2"); n != 2 {
+		t.Fatalf("packets %d, want 2 (the API's and the LAN's)", n)
+	}
 }

@@ -17,9 +17,13 @@ func (s *Sim) clusterStatusLocked() []map[string]any {
 		if i == 0 {
 			local = 1
 		}
+		online := 1
+		if s.offLocked(n) {
+			online = 0
+		}
 		rows = append(rows, map[string]any{
 			"type": "node", "id": "node/" + n, "name": n, "nodeid": i + 1,
-			"online": 1, "local": local, "ip": "127.0.0.1", "level": "",
+			"online": online, "local": local, "ip": "127.0.0.1", "level": "",
 		})
 	}
 	return rows
@@ -57,22 +61,29 @@ func (s *Sim) resourceRowLocked(g *guest) map[string]any {
 		"id": fmt.Sprintf("%s/%d", g.spec.Kind, id), "type": g.spec.Kind, "vmid": id,
 		"node": g.spec.Node, "status": "unknown",
 	}
-	if !s.stale[g.spec.Node] {
+	if !s.stale[g.spec.Node] && !s.offLocked(g.spec.Node) {
 		template := 0
 		if g.spec.Template {
 			template = 1
 		}
 		for k, v := range map[string]any{
 			"name": g.spec.Name, "status": g.status,
-			"uptime": g.uptime(), "template": template, "maxcpu": 1, "cpu": 0.0,
+			"uptime": g.uptime(), "template": template, "maxcpu": 1,
 			"maxmem": 536870912, "mem": 0, "maxdisk": 8589934592, "disk": 0,
-			"netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
 		} {
 			row[k] = v
 		}
+		for k, v := range s.measuredLocked(g).fields() {
+			row[k] = v
+		}
 	}
+	// lock and tags come from the guest configs (get_guest_config_properties),
+	// which every node has: a stalled node's rows carry them too.
 	if g.lock != "" {
 		row["lock"] = g.lock
+	}
+	if tags := tagsValue(g.spec.Tags); tags != "" {
+		row["tags"] = tags
 	}
 	if h := g.ha.hastate(); h != "" {
 		row["hastate"] = h
@@ -81,6 +92,14 @@ func (s *Sim) resourceRowLocked(g *guest) map[string]any {
 }
 
 func (s *Sim) nodeRowLocked(n string) map[string]any {
+	switch {
+	case s.offLocked(n):
+		// extract_node_stats: a member that is not online, without stats.
+		return map[string]any{"id": "node/" + n, "node": n, "type": "node", "status": "offline", "level": ""}
+	case s.stale[n]:
+		// An online member without RRD data: "unknown", without stats.
+		return map[string]any{"id": "node/" + n, "node": n, "type": "node", "status": "unknown"}
+	}
 	return map[string]any{
 		"id": "node/" + n, "node": n, "type": "node", "status": "online",
 		"uptime": int(time.Since(s.started).Seconds()), "cpu": 0.01, "maxcpu": 4,
@@ -120,8 +139,11 @@ func (g *guest) uptime() int {
 func (g *guest) statusRowLocked(current bool) map[string]any {
 	row := map[string]any{
 		"vmid": g.spec.VMID, "name": g.spec.Name, "status": g.status,
-		"uptime": g.uptime(), "cpus": 1, "cpu": 0.0, "maxmem": 536870912, "mem": 0,
-		"maxdisk": 8589934592, "disk": 0, "netin": 0, "netout": 0,
+		"uptime": g.uptime(), "cpus": 1, "maxmem": 536870912, "mem": 0,
+		"maxdisk": 8589934592, "disk": 0,
+	}
+	for k, v := range g.measureLocked(time.Now()).fields() {
+		row[k] = v
 	}
 	if g.spec.Kind == "lxc" {
 		row["type"] = "lxc"
@@ -195,6 +217,9 @@ func (g *guest) configLocked() map[string]any {
 	}
 	if g.spec.Template {
 		cfg["template"] = 1
+	}
+	if tags := tagsValue(g.spec.Tags); tags != "" {
+		cfg["tags"] = tags
 	}
 	return cfg
 }

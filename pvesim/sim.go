@@ -25,6 +25,9 @@ type Options struct {
 	TokenSecret string
 	// TaskDelay is how long a task runs before it finishes (200ms).
 	TaskDelay time.Duration
+	// StatInterval is how often pvestatd measures the guests' usage (10s,
+	// as on PVE): /cluster/resources shows the last measurement.
+	StatInterval time.Duration
 	// HADelay is how long pve-ha-manager's CRM and LRM take to act on a
 	// request, each (3×TaskDelay). Real clusters take about 10s per round.
 	HADelay time.Duration
@@ -35,6 +38,9 @@ type Options struct {
 	// not install it, so by default a container suspend task fails as
 	// lxc-checkpoint does.
 	CRIU bool
+	// NodeBootDelay is how long a node takes from a magic packet to
+	// joining the cluster (5×TaskDelay). Real nodes take minutes.
+	NodeBootDelay time.Duration
 	// Logf, if set, receives one line per notable simulator event.
 	Logf func(format string, args ...any)
 }
@@ -82,6 +88,13 @@ type GuestSpec struct {
 	// Handler serves the guest's HTTP; default: a hello page, a websocket
 	// echo for upgrade requests, /sleep?d= and /stream.
 	Handler http.Handler
+	// Tags are the guest's Proxmox tags (its config's "tags").
+	Tags []string
+	// EchoTCP are ports on IP where the guest also serves a TCP echo
+	// while it serves HTTP (an SSH server or a database, for layer4
+	// wakes); EchoUDP the same for a UDP echo (a game server).
+	EchoTCP []int
+	EchoUDP []int
 }
 
 // Iface is an interface inside a guest that PVE's config does not list.
@@ -101,6 +114,8 @@ type Sim struct {
 	faults   []*fault
 	acl      map[string][]string // nil: the token may do anything
 	stale    map[string]bool     // nodes whose pvestatd stalled
+	power    map[string]*nodePower
+	wol      []net.PacketConn
 	nextIP   int
 	pid      int
 	started  time.Time
@@ -128,11 +143,17 @@ func New(opts Options) *Sim {
 	if opts.TaskDelay == 0 {
 		opts.TaskDelay = 200 * time.Millisecond
 	}
+	if opts.StatInterval == 0 {
+		opts.StatInterval = 10 * time.Second
+	}
 	if opts.HADelay == 0 {
 		opts.HADelay = 3 * opts.TaskDelay
 	}
 	if opts.Version == 0 {
 		opts.Version = 8
+	}
+	if opts.NodeBootDelay == 0 {
+		opts.NodeBootDelay = 5 * opts.TaskDelay
 	}
 	return &Sim{
 		opts:    opts,
@@ -165,6 +186,11 @@ func (s *Sim) AddGuest(spec GuestSpec) error {
 	}
 	if spec.Kind != "lxc" && spec.Kind != "qemu" {
 		return fmt.Errorf("pvesim: kind %q is neither lxc nor qemu", spec.Kind)
+	}
+	for _, t := range spec.Tags {
+		if !tagRE.MatchString(t) {
+			return fmt.Errorf("pvesim: tag %q: invalid characters in tag", t)
+		}
 	}
 	if spec.Name == "" {
 		spec.Name = fmt.Sprintf("guest-%d", spec.VMID)
@@ -249,6 +275,9 @@ func (s *Sim) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	srv := s.server
+	for _, pc := range s.wol {
+		_ = pc.Close()
+	}
 	for _, g := range s.guests {
 		g.gen++
 		g.unserveLocked()

@@ -1,12 +1,9 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"embed"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path"
 	"reflect"
@@ -19,41 +16,22 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
-//go:embed crds/*.yaml
-var crdFS embed.FS
+// CDI's ClusterRoles are still written by hand (rbac/): KubeVirt's come
+// from its own install strategy, and the CRDs of both from their projects'
+// own generators (kubevirt.go).
 
 //go:embed rbac/*.yaml
 var rbacFS embed.FS
 
-// CRDManifests holds the embedded CustomResourceDefinition YAML files
-// (crds/*.yaml), for callers that want to install them elsewhere.
-var CRDManifests fs.FS = crdFS
-
-// RBACManifests holds the embedded KubeVirt/CDI ClusterRoles (rbac/*.yaml).
-var RBACManifests fs.FS = rbacFS
-
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// resources maps the kinds found in the embedded manifests to their REST
-// resource (no discovery needed).
-var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
-	{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}: crdGVR,
-	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}:         {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
-	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"}:  {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
-}
-
-// CRDs returns fresh copies of the embedded CRDs.
-func CRDs() ([]*unstructured.Unstructured, error) { return decodeDir(crdFS, "crds") }
-
-// ClusterRoles returns fresh copies of the embedded ClusterRoles and
-// ClusterRoleBindings (kubevirt.io:{default,admin,edit,view,migrate},
-// instancetype.kubevirt.io:view, cdi.kubevirt.io:{admin,edit,view}).
+// ClusterRoles returns fresh copies of the embedded ClusterRoles
+// (cdi.kubevirt.io:{admin,edit,view}).
 func ClusterRoles() ([]*unstructured.Unstructured, error) { return decodeDir(rbacFS, "rbac") }
 
 func decodeDir(fsys fs.FS, dir string) ([]*unstructured.Unstructured, error) {
@@ -68,20 +46,11 @@ func decodeDir(fsys fs.FS, dir string) ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-		for {
-			var obj map[string]any
-			if err := dec.Decode(&obj); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return nil, fmt.Errorf("testenv: %s/%s: %w", dir, e.Name(), err)
-			}
-			if len(obj) == 0 {
-				continue
-			}
-			out = append(out, &unstructured.Unstructured{Object: obj})
+		objs, err := decodeYAML(b)
+		if err != nil {
+			return nil, fmt.Errorf("testenv: %s/%s: %w", dir, e.Name(), err)
 		}
+		out = append(out, objs...)
 	}
 	return out, nil
 }
@@ -89,12 +58,11 @@ func decodeDir(fsys fs.FS, dir string) ([]*unstructured.Unstructured, error) {
 // apply creates each object, or replaces it if it already exists.
 func apply(ctx context.Context, dyn dynamic.Interface, objs []*unstructured.Unstructured) error {
 	for _, obj := range objs {
-		gvr, ok := resources[obj.GroupVersionKind()]
-		if !ok {
-			return fmt.Errorf("testenv: no resource known for %s", obj.GroupVersionKind())
+		c, err := resourceFor(dyn, obj)
+		if err != nil {
+			return err
 		}
-		c := dyn.Resource(gvr)
-		_, err := c.Create(ctx, obj, metav1.CreateOptions{})
+		_, err = c.Create(ctx, obj, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			var cur *unstructured.Unstructured
 			if cur, err = c.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
@@ -107,48 +75,6 @@ func apply(ctx context.Context, dyn dynamic.Interface, objs []*unstructured.Unst
 		}
 	}
 	return nil
-}
-
-// InstallCRDs installs the embedded CRDs with cfg (which must be allowed to
-// create CustomResourceDefinitions) and waits until all of them are
-// Established and served.
-//
-// kube-apiserver delays every create of a custom resource by 2 s while its
-// CRD was established less than 2 s ago (an HA safeguard in
-// apiextensions-apiserver). Start waits that window out so that tests do
-// not pay it; callers of InstallCRDs can use WaitCRDsSettled.
-func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	crds, err := CRDs()
-	if err != nil {
-		return err
-	}
-	if err := apply(ctx, dyn, crds); err != nil {
-		return err
-	}
-	_, err = waitCRDs(ctx, dyn, crds)
-	return err
-}
-
-// WaitCRDsSettled waits until every embedded CRD has been Established for
-// more than 2 s, after which creates are no longer delayed.
-func WaitCRDsSettled(ctx context.Context, cfg *rest.Config) error {
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	crds, err := CRDs()
-	if err != nil {
-		return err
-	}
-	settled, err := waitCRDs(ctx, dyn, crds)
-	if err != nil {
-		return err
-	}
-	return sleepUntil(ctx, settled)
 }
 
 func sleepUntil(ctx context.Context, t time.Time) error {
@@ -166,6 +92,11 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 
 // waitCRDs waits until all crds are Established and served, and returns
 // when the last of them leaves the 2 s window in which creates are delayed.
+//
+// kube-apiserver delays every create of a custom resource by 2 s while its
+// CRD was established less than 2 s ago (an HA safeguard in
+// apiextensions-apiserver). Start waits that window out so that tests do
+// not pay it.
 func waitCRDs(ctx context.Context, dyn dynamic.Interface, crds []*unstructured.Unstructured) (settled time.Time, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -223,8 +154,9 @@ func crdEstablished(crd *unstructured.Unstructured) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// InstallRBAC installs the embedded KubeVirt and CDI ClusterRoles and then
-// aggregates them into admin/edit/view (see AggregateClusterRoles).
+// InstallRBAC installs the embedded CDI ClusterRoles and then aggregates
+// every aggregated ClusterRole, KubeVirt's included, into admin/edit/view
+// (see AggregateClusterRoles).
 func InstallRBAC(ctx context.Context, cfg *rest.Config) error {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {

@@ -17,7 +17,7 @@ func setDeathSignal(cmd *exec.Cmd) {
 }
 
 // reapStale removes directories left by earlier test processes that died
-// without cleaning up, killing any etcd/kube-apiserver still running from
+// without cleaning up, killing any etcd/kube-apiserver/virt-api still running from
 // them. A process is only killed if its command line mentions that
 // directory, so a recycled pid is never hit.
 func reapStale(root, prefix string) {
@@ -34,7 +34,7 @@ func reapStale(root, prefix string) {
 		if err != nil || alive(owner) {
 			continue
 		}
-		for _, name := range []string{"kube-apiserver", "etcd"} {
+		for _, name := range []string{"kube-apiserver", "etcd", "virt-api"} {
 			pid, err := readPid(filepath.Join(dir, name+".pid"))
 			if err != nil || !alive(pid) {
 				continue

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// process is one child (etcd or kube-apiserver). Its output goes to a log
+// process is one child (etcd, kube-apiserver or virt-api). Its output goes to a log
 // file in the environment's directory; a goroutine reaps it as soon as it
 // exits so that done tells whether it is still alive.
 type process struct {
@@ -27,7 +27,9 @@ type process struct {
 	err     error // valid after done is closed
 }
 
-func startProcess(name, bin string, args []string, dir string, tee io.Writer) (*process, error) {
+// startProcess starts bin with args in dir, its output in dir/name.log (and
+// tee), with the environment of the tests plus env.
+func startProcess(name, bin string, args []string, dir string, tee io.Writer, env ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -45,6 +47,7 @@ func startProcess(name, bin string, args []string, dir string, tee io.Writer) (*
 		// Keep parallel test packages from fighting over many cores.
 		cmd.Env = append(cmd.Env, "GOMAXPROCS=2")
 	}
+	cmd.Env = append(cmd.Env, env...)
 	setDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		f.Close()

@@ -29,19 +29,13 @@ import (
 // SubresourceGroup is the aggregated API group served by KubeVirt's virt-api.
 const SubresourceGroup = "subresources.kubevirt.io"
 
-// DefaultIsSubresourcePath matches /apis/subresources.kubevirt.io and
-// everything below it. It is used when a handler is set without a matcher.
-func DefaultIsSubresourcePath(p string) bool {
-	const prefix = "/apis/" + SubresourceGroup
-	return p == prefix || strings.HasPrefix(p, prefix+"/")
-}
-
-// Proxy is an HTTPS front proxy in front of kube-apiserver, playing the
-// kube-aggregator: every request goes to kube-apiserver unchanged
-// (Authorization, Impersonate-*, watches, upgrades), except the paths that
-// the subresource handler claims, which it serves itself (virt-api's
-// subresources.kubevirt.io). Without a handler those paths reach
-// kube-apiserver and 404, exactly like a cluster without virt-api.
+// Proxy is an HTTPS front proxy in front of kube-apiserver: every request
+// goes to kube-apiserver unchanged (Authorization, Impersonate-*, watches,
+// upgrades), so virt-api's subresources.kubevirt.io is served by
+// kube-apiserver's own aggregator. The proxy only plays what cannot run
+// here: other servers' aggregated APIs (metrics-server's with
+// SetMetricsAPI, cdi-apiserver's upload tokens with SetAPI), and the
+// absence of an API group (HideGroup).
 type Proxy struct {
 	// URL is https://127.0.0.1:port.
 	URL string
@@ -49,31 +43,26 @@ type Proxy struct {
 	env *Env
 	srv *httptest.Server
 	rp  *httputil.ReverseProxy
-	sub atomic.Pointer[subroute]
-	// metricsAPI serves metrics.k8s.io (metrics-server's aggregated API).
-	metricsAPI atomic.Pointer[http.Handler]
+	// played are the aggregated APIs the proxy serves itself, by group.
+	played atomic.Pointer[map[string]playedAPI]
+	// hidden are the API groups the proxy pretends are not installed.
+	hidden atomic.Pointer[[]string]
 
 	mu          sync.Mutex
 	kubeconfigs map[string]string
 	closeOnce   sync.Once
 }
 
-type subroute struct {
-	h     http.Handler
-	match func(string) bool
-}
-
-// NewProxy starts another front proxy on the same cluster, with its own
-// subresource handler (nil: none, so subresources.kubevirt.io 404s). Use it
-// to test both the virt-api and the fallback path against one shared
-// cluster. It is closed by Env.Stop (or earlier by Close).
-func (e *Env) NewProxy(h http.Handler, isSubresourcePath func(string) bool) (*Proxy, error) {
+// NewProxy starts another front proxy on the same cluster, e.g. one that
+// hides subresources.kubevirt.io, to test both the virt-api and the
+// fallback path against one shared cluster. It is closed by Env.Stop (or
+// earlier by Close).
+func (e *Env) NewProxy() (*Proxy, error) {
 	target, err := url.Parse(e.APIServerURL)
 	if err != nil {
 		return nil, err
 	}
 	p := &Proxy{env: e, kubeconfigs: map[string]string{}}
-	p.SetSubresources(h, isSubresourcePath)
 	transport := &http.Transport{
 		Proxy:               nil,
 		TLSClientConfig:     &tls.Config{RootCAs: e.pki.certPool()},
@@ -115,19 +104,6 @@ func (e *Env) NewProxy(h http.Handler, isSubresourcePath func(string) bool) (*Pr
 	return p, nil
 }
 
-// SetSubresources replaces the subresource handler at run time (nil
-// removes it). isSubresourcePath defaults to DefaultIsSubresourcePath.
-func (p *Proxy) SetSubresources(h http.Handler, isSubresourcePath func(string) bool) {
-	if h == nil {
-		p.sub.Store(nil)
-		return
-	}
-	if isSubresourcePath == nil {
-		isSubresourcePath = DefaultIsSubresourcePath
-	}
-	p.sub.Store(&subroute{h: h, match: isSubresourcePath})
-}
-
 // MetricsGroup is the aggregated API group of metrics-server.
 const MetricsGroup = "metrics.k8s.io"
 
@@ -135,29 +111,108 @@ const MetricsGroup = "metrics.k8s.io"
 // and everything below it, playing metrics-server behind the aggregator;
 // GET /apis then lists metrics.k8s.io/v1beta1. The handler sees absolute
 // paths and does its own authorization (none, like a permissive cluster).
-func (p *Proxy) SetMetricsAPI(h http.Handler) {
-	if h == nil {
-		p.metricsAPI.Store(nil)
-		return
+func (p *Proxy) SetMetricsAPI(h http.Handler) { p.SetAPI(MetricsGroup, "v1beta1", h) }
+
+// playedAPI is an aggregated API group the proxy serves in place of the
+// server an APIService would name.
+type playedAPI struct {
+	version string
+	h       http.Handler
+}
+
+// SetAPI installs (nil removes) a handler for /apis/<group> and everything
+// below it, playing the extension API server an APIService for
+// group/version would route to (e.g. cdi-apiserver's
+// upload.cdi.kubevirt.io); GET /apis then lists group/version. The handler
+// sees absolute paths and the caller's own headers, and does its own
+// authorization.
+func (p *Proxy) SetAPI(group, version string, h http.Handler) {
+	for {
+		old := p.played.Load()
+		next := map[string]playedAPI{}
+		if old != nil {
+			for g, a := range *old {
+				next[g] = a
+			}
+		}
+		if h == nil {
+			delete(next, group)
+		} else {
+			next[group] = playedAPI{version: version, h: h}
+		}
+		if p.played.CompareAndSwap(old, &next) {
+			return
+		}
 	}
-	p.metricsAPI.Store(&h)
 }
 
-func isMetricsPath(p string) bool {
-	const prefix = "/apis/" + MetricsGroup
-	return p == prefix || strings.HasPrefix(p, prefix+"/")
+func (p *Proxy) playedAPIs() map[string]playedAPI {
+	if m := p.played.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
-// HasSubresources reports whether a subresource handler is installed.
-func (p *Proxy) HasSubresources() bool { return p.sub.Load() != nil }
+// playedFor is the played API serving path, if any.
+func (p *Proxy) playedFor(path string) http.Handler {
+	rest, ok := strings.CutPrefix(path, "/apis/")
+	if !ok {
+		return nil
+	}
+	group, _, _ := strings.Cut(rest, "/")
+	if a, ok := p.playedAPIs()[group]; ok {
+		return a.h
+	}
+	return nil
+}
+
+// HideGroup makes the proxy answer 404 for /apis/<group> and everything
+// below it, and leave the group out of GET /apis, as kube-apiserver does
+// for a group no APIService serves: with Options.VirtAPI,
+// HideGroup(SubresourceGroup) gives a view of the cluster without virt-api.
+func (p *Proxy) HideGroup(group string) {
+	for {
+		old := p.hidden.Load()
+		var groups []string
+		if old != nil {
+			groups = append(groups, *old...)
+		}
+		groups = append(groups, group)
+		if p.hidden.CompareAndSwap(old, &groups) {
+			return
+		}
+	}
+}
+
+func (p *Proxy) hiddenGroups() []string {
+	if h := p.hidden.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
+
+func (p *Proxy) isHidden(path string) bool {
+	for _, g := range p.hiddenGroups() {
+		if prefix := "/apis/" + g; path == prefix || strings.HasPrefix(path, prefix+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// notFoundBody is kube-apiserver's answer for a path nothing serves.
+const notFoundBody = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
+	`"message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}`
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s := p.sub.Load(); s != nil && s.match(r.URL.Path) {
-		s.h.ServeHTTP(w, r)
+	if p.isHidden(r.URL.Path) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, notFoundBody)
 		return
 	}
-	if m := p.metricsAPI.Load(); m != nil && isMetricsPath(r.URL.Path) {
-		(*m).ServeHTTP(w, r)
+	if h := p.playedFor(r.URL.Path); h != nil {
+		h.ServeHTTP(w, r)
 		return
 	}
 	p.rp.ServeHTTP(w, r)
@@ -222,19 +277,18 @@ func writeKubeconfig(path, server string, ca []byte, user, token string) error {
 	return os.Chmod(path, 0o600)
 }
 
-// --- discovery: advertise the stand-ins' groups in GET /apis --------------
+// --- discovery: GET /apis as the stand-ins change it ----------------------
 //
-// A real cluster with virt-api lists the aggregated group in /apis. When a
-// subresource handler is installed, the proxy adds it to kube-apiserver's
-// answer (and likewise metrics.k8s.io/v1beta1 with a metrics handler), in
-// both the legacy (APIGroupList) and the aggregated
-// (apidiscovery.k8s.io/v2 APIGroupDiscoveryList) JSON forms. The group's
-// resource list itself (GET /apis/subresources.kubevirt.io/v1) is the
-// handler's business; the aggregated form lists the version with no
-// resources (subresources are not top-level resources anyway).
+// A real cluster with metrics-server lists metrics.k8s.io in /apis. For
+// every played API the proxy adds its group/version to kube-apiserver's
+// answer, and drops hidden groups from it, in both the legacy
+// (APIGroupList) and the aggregated (apidiscovery.k8s.io/v2
+// APIGroupDiscoveryList) JSON forms. The aggregated form lists the added
+// version with no resources.
 
 func (p *Proxy) augmentDiscovery(r *http.Request) bool {
-	return r.Method == http.MethodGet && r.URL.Path == "/apis" && (p.sub.Load() != nil || p.metricsAPI.Load() != nil)
+	return r.Method == http.MethodGet && r.URL.Path == "/apis" &&
+		(len(p.playedAPIs()) > 0 || len(p.hiddenGroups()) > 0)
 }
 
 // prepareDiscoveryRequest asks for uncompressed JSON and no 304, so that the
@@ -265,14 +319,14 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if err != nil {
 		return err
 	}
-	if p.sub.Load() != nil {
-		if nb, ok := addGroup(body, SubresourceGroup, "v1"); ok {
+	for group, a := range p.playedAPIs() {
+		if nb, ok := addGroup(body, group, a.version); ok {
 			body = nb
 			resp.Header.Del("ETag")
 		}
 	}
-	if p.metricsAPI.Load() != nil {
-		if nb, ok := addGroup(body, MetricsGroup, "v1beta1"); ok {
+	for _, g := range p.hiddenGroups() {
+		if nb, ok := removeGroup(body, g); ok {
 			body = nb
 			resp.Header.Del("ETag")
 		}
@@ -316,6 +370,43 @@ func addGroup(body []byte, group, version string) ([]byte, bool) {
 	default:
 		return nil, false
 	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// removeGroup drops group from a discovery document (either form).
+func removeGroup(body []byte, group string) ([]byte, bool) {
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, false
+	}
+	key, nameOf := "", func(map[string]any) any { return nil }
+	switch doc["kind"] {
+	case "APIGroupList":
+		key, nameOf = "groups", func(m map[string]any) any { return m["name"] }
+	case "APIGroupDiscoveryList":
+		key, nameOf = "items", func(m map[string]any) any {
+			md, _ := m["metadata"].(map[string]any)
+			return md["name"]
+		}
+	default:
+		return nil, false
+	}
+	items, _ := doc[key].([]any)
+	keep := make([]any, 0, len(items))
+	for _, it := range items {
+		if m, _ := it.(map[string]any); m != nil && nameOf(m) == group {
+			continue
+		}
+		keep = append(keep, it)
+	}
+	if len(keep) == len(items) {
+		return nil, false
+	}
+	doc[key] = keep
 	out, err := json.Marshal(doc)
 	if err != nil {
 		return nil, false

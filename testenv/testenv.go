@@ -1,30 +1,41 @@
-// Package testenv runs a real kube-apiserver and etcd with the KubeVirt CRDs
-// installed, behind an HTTPS front proxy that can play KubeVirt's virt-api
-// (subresources.kubevirt.io), for the plugin's integration tests.
+// Package testenv runs a real kube-apiserver and etcd with KubeVirt
+// installed as virt-operator installs it, optionally KubeVirt's own
+// virt-api (its admission webhooks and the aggregated API
+// subresources.kubevirt.io), behind an HTTPS front proxy, for the plugin's
+// integration tests.
 //
 // One cluster per test package is the intended use (see Main); a single
-// test can also start its own with StartT. A start takes about 3-4 s and
-// the two processes use about 330 MB (etcd ~45, kube-apiserver ~290).
+// test can also start its own with StartT. KubeVirt's CRDs make
+// kube-apiserver's start slower and bigger than a bare one: measured on a
+// loaded 2-core machine, 6 s and 305 MB before them, 15-19 s and ~500 MB
+// with them (etcd ~55 MB); virt-api adds ~6 s and ~220 MB (Options.VirtAPI).
 //
-// What the cluster has: RBAC with static tokens (Options.Users), the
-// KubeVirt/CDI CRDs with loose schemas (crds/), KubeVirt's ClusterRoles
-// aggregated into admin/edit/view (rbac/), optionally Nodes and
-// StorageClasses (Options.Seed). What it has not: kube-controller-manager,
-// scheduler, kubelets, KubeVirt's controllers and webhooks (Options.Controller
-// and the subresource handler stand in for them).
+// What the cluster has: RBAC with static tokens (Options.Users); KubeVirt's
+// CRDs with their schemas, service accounts, ClusterRoles and bindings,
+// generated from KubeVirt's own install strategy (build-binaries.sh prints
+// them into kubevirt.yaml); CDI's CRDs, from CDI's own (cdi.yaml); CDI's
+// ClusterRoles, written by hand (rbac/); the aggregation layer (front-proxy CA and
+// client certificate); optionally Nodes and StorageClasses (Options.Seed).
+// With Options.VirtAPI: virt-api itself, its webhooks, APIServices and
+// KubeVirt CR, and a stand-in virt-handler behind it
+// (Options.NewVirtHandler). What it has not: kube-controller-manager,
+// scheduler, kubelets, virt-controller, virt-handler, CDI
+// (Options.Controller stands in for them).
 //
 // The binaries come from build-binaries.sh (next to this file), which
-// builds them once (~10 min cold) into ~/.cache/caddy-proxmox/testbin/...;
-// in CI run it as an earlier step and cache that folder, because with CI
-// set the tests fail instead of building. CADDY_PROXMOX_TESTBIN points at a
-// ready folder instead.
+// builds them once (~25 min cold) into ~/.cache/caddy-proxmox/testbin/...;
+// in CI run it as an earlier step, because with CI set the tests fail
+// instead of building. CADDY_PROXMOX_TESTBIN points at a ready folder
+// instead.
 //
 // Environment variables:
 //
-//	CADDY_PROXMOX_TESTBIN          folder holding kube-apiserver and etcd
+//	CADDY_PROXMOX_TESTBIN          folder holding kube-apiserver, etcd,
+//	                               virt-api, kubevirt.yaml and cdi.yaml
 //	CI                             if set, missing binaries fail the tests
 //	                               (they are not built inside go test)
-//	CADDY_PROXMOX_TESTENV_VERBOSE  copy etcd/kube-apiserver output to stderr
+//	CADDY_PROXMOX_TESTENV_VERBOSE  copy etcd/kube-apiserver/virt-api output
+//	                               to stderr
 //	CADDY_PROXMOX_TESTENV_KEEP     keep the temp dir (logs, data) after Stop
 package testenv
 
@@ -83,7 +94,8 @@ type User struct {
 }
 
 // Options configure Start. The zero value starts a bare cluster with the
-// CRDs, the KubeVirt ClusterRoles, the admin user and no virt-api.
+// CRDs, KubeVirt's service accounts and RBAC, the admin user and no
+// virt-api.
 type Options struct {
 	// Users are added to the token file next to AdminUser.
 	Users []User
@@ -97,27 +109,36 @@ type Options struct {
 
 	// Controller, if set, runs in a goroutine from the end of Start until
 	// Stop, which cancels its context and waits for it to return. It gets
-	// admin clients that talk to kube-apiserver directly. This is where the
-	// stand-in virt-controller is wired in, e.g.
+	// clients that talk to kube-apiserver directly (Env.ControllerConfig):
+	// admin, or with VirtAPI KubeVirt's virt-controller service account
+	// (lent cluster-admin, since the stand-in also plays virt-handler, CDI
+	// and kubelet), so that KubeVirt's webhooks treat its writes as
+	// KubeVirt's. This is where the stand-in virt-controller is wired in, e.g.
 	//   func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error {
 	//       return kubevirtsim.NewController(kv, kube, kubevirtsim.Options{}).Run(ctx)
 	//   }
 	Controller func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error
 
-	// Subresources serves the paths for which IsSubresourcePath returns
-	// true (default DefaultIsSubresourcePath) in the front proxy, playing
-	// virt-api. If both Subresources and NewSubresources are nil the proxy
-	// has no virt-api: /apis/subresources.kubevirt.io/... reach
-	// kube-apiserver and 404, which is the plugin's fallback case.
-	Subresources http.Handler
-	// NewSubresources builds the handler once the Env's clients exist
-	// (takes precedence over Subresources), e.g.
-	//   func(e *testenv.Env) http.Handler {
-	//       return kubevirtsim.NewSubresourceHandler(e.DirectKubeVirt, e.Authorize)
-	//   }
-	NewSubresources func(e *Env) http.Handler
-	// IsSubresourcePath selects the paths that go to the handler.
-	IsSubresourcePath func(path string) bool
+	// VirtAPI runs KubeVirt's own virt-api, as virt-operator deploys it:
+	// the KubeVirt CR (Deployed, with FeatureGates), virt-api as the
+	// kubevirt-apiserver service account, its validating and mutating
+	// webhooks and the APIServices of subresources.kubevirt.io, which
+	// kube-apiserver's aggregator then serves. Start returns once the
+	// webhooks admit requests and the APIServices are Available.
+	VirtAPI bool
+	// FeatureGates are enabled in the KubeVirt CR
+	// (spec.configuration.developerConfiguration.featureGates), e.g.
+	// "Snapshot"; KubeVirt v1.8 turns on only its GA gates by itself.
+	FeatureGates []string
+	// NewVirtHandler builds the stand-in virt-handler that virt-api
+	// forwards pause, unpause, softreboot, reset, freeze, guest agent
+	// queries and the console and vnc streams to (paths
+	// /v1/namespaces/{ns}/virtualmachineinstances/{name}/{action}). It is
+	// served with virt-handler's mutual TLS at the address of a
+	// virt-handler Pod that testenv keeps on every Node; it should act as
+	// Env.VirtHandlerConfig. Only with VirtAPI; nil leaves virt-api without
+	// a virt-handler to reach.
+	NewVirtHandler func(e *Env) http.Handler
 
 	// StartTimeout bounds the start after the binaries are found
 	// (default 2 minutes).
@@ -145,6 +166,17 @@ type Env struct {
 	// DirectKube and DirectKubeVirt use DirectConfig.
 	DirectKube     kubernetes.Interface
 	DirectKubeVirt kubevirt.Interface
+	// ControllerConfig is what Options.Controller's clients use: straight
+	// at kube-apiserver, as KubeVirt's virt-controller service account with
+	// VirtAPI, else as admin.
+	ControllerConfig *rest.Config
+	// VirtHandlerConfig is straight at kube-apiserver as KubeVirt's
+	// virt-handler service account, for Options.NewVirtHandler (nil
+	// without VirtAPI).
+	VirtHandlerConfig *rest.Config
+	// VirtAPIURL is virt-api's own https URL (empty without VirtAPI);
+	// clients reach it through kube-apiserver.
+	VirtAPIURL string
 
 	// APIServerURL is kube-apiserver's https URL; ProxyURL the front proxy's.
 	APIServerURL string
@@ -157,23 +189,25 @@ type Env struct {
 	CAData []byte
 	// Dir is the temp dir (certs, tokens, logs, etcd data), removed by Stop.
 	Dir string
-	// BinDir holds the kube-apiserver and etcd binaries used.
+	// BinDir holds the binaries and manifests used.
 	BinDir string
 	// StartDuration is how long Start took (binaries lookup included).
 	StartDuration time.Duration
 
-	opts       Options
-	log        atomic.Pointer[zap.Logger]
-	pki        *pki
-	users      map[string]User
-	etcd       *process
-	apiserver  *process
-	etcdArgs   []string   // kept for StartEtcd
-	apiArgs    []string   // kept for StartAPIServer
-	procMu     sync.Mutex // guards etcd and apiserver after Start, and stopped
-	stopped    bool
-	httpClient *http.Client // to kube-apiserver, no credentials of its own
-	phases     []zap.Field
+	opts          Options
+	directDynamic dynamic.Interface
+	virtAPI       *virtAPI
+	log           atomic.Pointer[zap.Logger]
+	pki           *pki
+	users         map[string]User
+	etcd          *process
+	apiserver     *process
+	etcdArgs      []string   // kept for StartEtcd
+	apiArgs       []string   // kept for StartAPIServer
+	procMu        sync.Mutex // guards etcd and apiserver after Start, and stopped
+	stopped       bool
+	httpClient    *http.Client // to kube-apiserver, no credentials of its own
+	phases        []zap.Field
 
 	mu         sync.Mutex
 	proxies    []*Proxy
@@ -196,6 +230,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err := e.initUsers(); err != nil {
 		return nil, err
 	}
+	if !opts.VirtAPI && (len(opts.FeatureGates) > 0 || opts.NewVirtHandler != nil) {
+		return nil, errors.New("testenv: FeatureGates and NewVirtHandler need VirtAPI")
+	}
+
 	bin := opts.BinDir
 	if bin == "" {
 		var err error
@@ -203,7 +241,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 			return nil, err
 		}
 	} else if !hasBinaries(bin) {
-		return nil, fmt.Errorf("testenv: no kube-apiserver/etcd in %s", bin)
+		return nil, fmt.Errorf("testenv: no %s in %s", strings.Join(binaryNames, "/"), bin)
 	}
 	e.BinDir = bin
 	tBin := time.Since(t0)
@@ -276,10 +314,11 @@ func (e *Env) start(ctx context.Context) error {
 		return err
 	}
 
-	crds, err := CRDs()
+	kv, err := loadKubeVirtManifests(e.BinDir)
 	if err != nil {
 		return err
 	}
+	crds := kv.crds
 	tProc := time.Now()
 	var dyn dynamic.Interface
 	var crdsCreated chan error
@@ -327,6 +366,9 @@ func (e *Env) start(ctx context.Context) error {
 		return err
 	}
 	// RBAC and the seed objects while the CRDs get established.
+	if err := apply(ctx, dyn, kv.base); err != nil {
+		return err
+	}
 	if err := InstallRBAC(ctx, e.DirectConfig); err != nil {
 		return err
 	}
@@ -341,9 +383,23 @@ func (e *Env) start(ctx context.Context) error {
 	}
 	tInstalled := time.Since(tInstall)
 
-	// The front proxy, the clients that go through it, then the
-	// subresource handler (whose factory may use all of them).
-	if e.Proxy, err = e.NewProxy(nil, nil); err != nil {
+	tVirtAPI := time.Now()
+	e.ControllerConfig = e.DirectConfig
+	if e.opts.VirtAPI {
+		if err := e.bindStandInController(ctx); err != nil {
+			return err
+		}
+		if e.ControllerConfig, err = e.ServiceAccountConfig(ctx, KubeVirtNamespace, VirtControllerServiceAccount); err != nil {
+			return err
+		}
+		if err := e.startVirtAPI(ctx, kv); err != nil {
+			return err
+		}
+	}
+	dVirtAPI := time.Since(tVirtAPI)
+
+	// The front proxy and the clients that go through it.
+	if e.Proxy, err = e.NewProxy(); err != nil {
 		return err
 	}
 	e.ProxyURL = e.Proxy.URL
@@ -358,11 +414,6 @@ func (e *Env) start(ctx context.Context) error {
 		return err
 	}
 	e.Kubeconfig = e.Proxy.Kubeconfig(AdminUser)
-	sub := e.opts.Subresources
-	if e.opts.NewSubresources != nil {
-		sub = e.opts.NewSubresources(e)
-	}
-	e.Proxy.SetSubresources(sub, e.opts.IsSubresourcePath)
 
 	// Creates of custom resources are delayed by 2 s right after their CRD
 	// is established (see InstallCRDs); wait that out here, once.
@@ -374,7 +425,8 @@ func (e *Env) start(ctx context.Context) error {
 		e.startController()
 	}
 	e.phases = []zap.Field{zap.Duration("processes-ready", tReady),
-		zap.Duration("crds-rbac-seed", tInstalled), zap.Duration("crd-settle-wait", time.Since(tSettle))}
+		zap.Duration("crds-rbac-seed", tInstalled), zap.Duration("virt-api", dVirtAPI),
+		zap.Duration("crd-settle-wait", time.Since(tSettle))}
 	return nil
 }
 
@@ -387,7 +439,12 @@ func (e *Env) directClients() (dynamic.Interface, error) {
 	if e.DirectKubeVirt, err = kubevirt.NewForConfig(e.DirectConfig); err != nil {
 		return nil, err
 	}
-	return dynamic.NewForConfig(e.DirectConfig)
+	// testenv's own installs need not show the deprecation warnings that
+	// kube-apiserver sends about KubeVirt's older kinds.
+	quiet := rest.CopyConfig(e.DirectConfig)
+	quiet.WarningHandler = rest.NoWarnings{}
+	e.directDynamic, err = dynamic.NewForConfig(quiet)
+	return e.directDynamic, err
 }
 
 // applyEagerly retries apply until kube-apiserver accepts the objects.
@@ -452,6 +509,19 @@ func (e *Env) spawn(tokens string) error {
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--profiling=false",
+		// The aggregation layer, for virt-api's subresources.kubevirt.io:
+		// kube-apiserver publishes these in kube-system/
+		// extension-apiserver-authentication, which virt-api requires, and
+		// presents the front-proxy client certificate to it. Aggregator
+		// routing stays off: virt-api's Service is an ExternalName for
+		// 127.0.0.1 (see routeToVirtAPI).
+		"--requestheader-client-ca-file=" + e.pki.frontProxyCAFile,
+		"--requestheader-allowed-names=" + FrontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + e.pki.proxyClientCertFile,
+		"--proxy-client-key-file=" + e.pki.proxyClientKeyFile,
 	}
 	args = append(args, e.opts.ExtraAPIServerArgs...)
 	e.apiArgs = args
@@ -502,7 +572,7 @@ func (e *Env) startController() {
 			case <-time.After(d):
 			}
 		}
-		err := e.opts.Controller(ctx, e.DirectKube, e.DirectKubeVirt)
+		err := e.runController(ctx)
 		if err != nil && ctx.Err() == nil {
 			e.mu.Lock()
 			e.ctrlErr = err
@@ -510,6 +580,18 @@ func (e *Env) startController() {
 			e.logger().Error("testenv: controller stopped", zap.Error(err))
 		}
 	}()
+}
+
+func (e *Env) runController(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(e.ControllerConfig)
+	if err != nil {
+		return err
+	}
+	kv, err := kubevirt.NewForConfig(e.ControllerConfig)
+	if err != nil {
+		return err
+	}
+	return e.opts.Controller(ctx, kube, kv)
 }
 
 // ControllerErr returns the error with which Options.Controller returned
@@ -520,8 +602,9 @@ func (e *Env) ControllerErr() error {
 	return e.ctrlErr
 }
 
-// Stop cancels the controller, closes the proxies, kills kube-apiserver
-// and etcd (SIGTERM, a short grace, SIGKILL; both reaped) and removes Dir.
+// Stop cancels the controller, closes the proxies and the stand-in
+// virt-handler, kills virt-api, kube-apiserver and etcd (SIGTERM, a short
+// grace, SIGKILL; all reaped) and removes Dir.
 // It is idempotent and safe on a partly started Env.
 func (e *Env) Stop() {
 	e.stopOnce.Do(func() {
@@ -540,12 +623,19 @@ func (e *Env) Stop() {
 		for _, p := range proxies {
 			p.Close()
 		}
+		if v := e.virtAPI; v != nil {
+			v.stopVirtHandler()
+		}
 		var wg sync.WaitGroup
 		// kube-apiserver would drain for many seconds; its data is
 		// throw-away, so it gets only a short grace before SIGKILL.
 		e.procMu.Lock()
 		e.stopped = true
 		procs := map[*process]time.Duration{e.apiserver: 300 * time.Millisecond, e.etcd: 2 * time.Second}
+		if e.virtAPI != nil && e.virtAPI.proc != nil {
+			// virt-api waits 5 s after SIGTERM before it shuts down.
+			procs[e.virtAPI.proc] = 300 * time.Millisecond
+		}
 		e.procMu.Unlock()
 		for p, grace := range procs {
 			if p != nil {
@@ -698,9 +788,10 @@ var (
 	binDir string
 )
 
-// Binaries returns the folder with kube-apiserver and etcd: $CADDY_PROXMOX_TESTBIN
-// if it holds them, else the cache folder of build-binaries.sh. Missing
-// binaries are built by that script (about 12 minutes cold), except when
+// Binaries returns the folder with kube-apiserver, etcd, virt-api and
+// KubeVirt's manifests: $CADDY_PROXMOX_TESTBIN if it holds them, else the
+// cache folder of build-binaries.sh. Missing binaries are built by that
+// script (about 25 minutes cold), except when
 // CI is set: then this is an error, so that CI fails instead of timing out
 // or skipping (build them in an earlier CI step).
 func Binaries(ctx context.Context, log *zap.Logger) (string, error) {
@@ -726,10 +817,10 @@ func Binaries(ctx context.Context, log *zap.Logger) (string, error) {
 		return d, nil
 	}
 	if envSet("CI") {
-		return "", fmt.Errorf("testenv: kube-apiserver/etcd binaries are missing and CI is set; "+
+		return "", fmt.Errorf("testenv: test binaries are missing and CI is set; "+
 			"run %s in an earlier CI step (or set %s to a folder holding them)", script, EnvBinDir)
 	}
-	log.Warn("testenv: building kube-apiserver and etcd with build-binaries.sh (cold: ~12 min; " +
+	log.Warn("testenv: building the test binaries with build-binaries.sh (cold: ~25 min; " +
 		"run it beforehand to keep go test under its timeout)")
 	fmt.Fprintf(os.Stderr, "testenv: building test binaries with %s ...\n", script)
 	cmd := exec.CommandContext(ctx, "bash", script)
@@ -740,16 +831,27 @@ func Binaries(ctx context.Context, log *zap.Logger) (string, error) {
 	}
 	d := strings.TrimSpace(string(out))
 	if !hasBinaries(d) {
-		return "", fmt.Errorf("testenv: %s printed %q, which has no kube-apiserver/etcd", script, d)
+		return "", fmt.Errorf("testenv: %s printed %q, which lacks some of %s, %s and %s", script, d,
+			strings.Join(binaryNames, ", "), KubeVirtManifestFile, CDIManifestFile)
 	}
 	binDir = d
 	return d, nil
 }
 
+// binaryNames are the executables a binaries folder must hold, next to
+// KubeVirtManifestFile.
+var binaryNames = []string{"kube-apiserver", "etcd", "virt-api"}
+
 func hasBinaries(dir string) bool {
-	for _, name := range []string{"kube-apiserver", "etcd"} {
+	for _, name := range binaryNames {
 		st, err := os.Stat(filepath.Join(dir, name))
 		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	for _, name := range []string{KubeVirtManifestFile, CDIManifestFile} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.Size() == 0 {
 			return false
 		}
 	}

@@ -2,9 +2,6 @@ package testenv
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -12,67 +9,26 @@ import (
 	"testing"
 	"time"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
-// dummySubresources plays a tiny virt-api: it answers the group's resource
-// list and authorizes PUT/GET .../namespaces/{ns}/{resource}/{name}/{sub}
-// with Env.Authorize, answering 202 when allowed.
-func dummySubresources(e *Env, hits *atomic.Int32) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Path == "/apis/subresources.kubevirt.io/v1" {
-			fmt.Fprint(w, `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"subresources.kubevirt.io/v1",`+
-				`"resources":[{"name":"virtualmachines/start","namespaced":true,"kind":"","verbs":["update"]}]}`)
-			return
-		}
-		parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/apis/subresources.kubevirt.io/v1/"), "/")
-		if len(parts) != 5 || parts[0] != "namespaces" {
-			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, http.StatusNotFound)
-			return
-		}
-		verb := "get"
-		if r.Method == http.MethodPut {
-			verb = "update"
-		}
-		ok, reason, err := e.Authorize(r, authorizationv1.ResourceAttributes{
-			Namespace: parts[1], Group: SubresourceGroup, Resource: parts[2], Name: parts[3], Subresource: parts[4], Verb: verb,
-		})
-		switch {
-		case apierrors.IsUnauthorized(err):
-			w.WriteHeader(http.StatusUnauthorized)
-		case err != nil:
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-		case !ok:
-			w.WriteHeader(http.StatusForbidden)
-			json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-				Status: metav1.StatusFailure, Reason: metav1.StatusReasonForbidden, Code: 403, Message: "dummy: forbidden: " + reason})
-		default:
-			w.WriteHeader(http.StatusAccepted)
-		}
-	})
-}
-
 func TestEnv(t *testing.T) {
-	var hits atomic.Int32
 	var ctrlRan, ctrlStopped atomic.Bool
 	e := StartT(t, Options{
 		Users: []User{{Name: "alice", Groups: []string{"pve-admins"}}, {Name: "bob"}},
 		Seed:  true,
-		NewSubresources: func(e *Env) http.Handler {
-			return dummySubresources(e, &hits)
-		},
 		Controller: func(ctx context.Context, kube kubernetes.Interface, kv kubevirt.Interface) error {
 			if _, err := kube.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 				return err
@@ -216,13 +172,14 @@ func TestEnv(t *testing.T) {
 			t.Fatalf("alice list VMs before binding = %v, want 403", err)
 		}
 		bind(t, e, ns, "pve-admins-edit", "kubevirt.io:edit", rbacv1.Subject{Kind: "Group", APIGroup: rbacv1.GroupName, Name: "pve-admins"})
-		eventually(t, func() error {
+		// RBAC changes reach the authorizer through an informer.
+		testutil.WaitNoError(t, 10*time.Second, "alice's binding to take effect", func() error {
 			_, err := alice.KubevirtV1().VirtualMachines(ns).List(ctx, metav1.ListOptions{})
 			return err
 		})
 		// The built-in view role has the KubeVirt rules aggregated into it.
 		bind(t, e, ns, "bob-view", "view", rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: "bob"})
-		eventually(t, func() error {
+		testutil.WaitNoError(t, 10*time.Second, "bob's binding to take effect", func() error {
 			_, err := bob.KubevirtV1().VirtualMachines(ns).Get(ctx, "vm1", metav1.GetOptions{})
 			return err
 		})
@@ -240,62 +197,13 @@ func TestEnv(t *testing.T) {
 		}
 	})
 
-	t.Run("proxy routes subresources to the handler", func(t *testing.T) {
-		before := hits.Load()
-		if _, err := e.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if hits.Load() != before {
-			t.Fatal("a core API request reached the subresource handler")
-		}
-		b, err := e.Kube.Discovery().RESTClient().Get().AbsPath("/apis/subresources.kubevirt.io/v1").DoRaw(ctx)
-		if err != nil || !strings.Contains(string(b), "virtualmachines/start") {
-			t.Fatalf("GET /apis/subresources.kubevirt.io/v1 = %s, %v", b, err)
-		}
-		if hits.Load() != before+1 {
-			t.Fatal("the subresource handler was not reached")
-		}
-		// Typed client, authorized with the caller's own identity.
-		alice := kubevirt.NewForConfigOrDie(e.ConfigFor("alice"))
-		if err := alice.KubevirtV1().VirtualMachines(ns).Start(ctx, "vm1", &v1.StartOptions{}); err != nil {
-			t.Errorf("alice start: %v", err)
-		}
-		bob := kubevirt.NewForConfigOrDie(e.ConfigFor("bob"))
-		if err := bob.KubevirtV1().VirtualMachines(ns).Start(ctx, "vm1", &v1.StartOptions{}); !apierrors.IsForbidden(err) {
-			t.Errorf("bob start = %v, want 403", err)
-		}
-		carol := kubevirt.NewForConfigOrDie(e.ImpersonatingConfig("carol", "pve-admins"))
-		if err := carol.KubevirtV1().VirtualMachines(ns).Stop(ctx, "vm1", &v1.StopOptions{}); err != nil {
-			t.Errorf("impersonated carol stop: %v", err)
-		}
-		dave := kubevirt.NewForConfigOrDie(e.ImpersonatingConfig("dave"))
-		if err := dave.KubevirtV1().VirtualMachines(ns).Stop(ctx, "vm1", &v1.StopOptions{}); !apierrors.IsForbidden(err) {
-			t.Errorf("impersonated dave stop = %v, want 403", err)
-		}
-		bogus := e.ConfigFor("bob")
-		bogus.BearerToken = "not-a-token"
-		if err := kubevirt.NewForConfigOrDie(bogus).KubevirtV1().VirtualMachines(ns).Start(ctx, "vm1", &v1.StartOptions{}); !apierrors.IsUnauthorized(err) {
-			t.Errorf("start with a bad token = %v, want 401", err)
-		}
-		// Discovery advertises the group, in both formats.
-		groups, err := e.Kube.Discovery().ServerGroups()
-		if err != nil || !hasGroup(groups, SubresourceGroup) || !hasGroup(groups, "kubevirt.io") {
-			t.Errorf("aggregated discovery: subresources group missing (%v)", err)
-		}
-		b, err = e.Kube.Discovery().RESTClient().Get().AbsPath("/apis").SetHeader("Accept", "application/json").DoRaw(ctx)
-		if err != nil || !strings.Contains(string(b), `"name":"subresources.kubevirt.io"`) || !strings.Contains(string(b), "APIGroupList") {
-			t.Errorf("legacy discovery: %s %v", b, err)
-		}
-	})
-
-	t.Run("fallback proxy without virt-api", func(t *testing.T) {
-		p, err := e.NewProxy(nil, nil)
+	t.Run("no virt-api", func(t *testing.T) {
+		p, err := e.NewProxy()
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer p.Close()
 		kube := kubernetes.NewForConfigOrDie(p.Config(AdminUser))
-		before := hits.Load()
 		_, err = kube.Discovery().RESTClient().Get().AbsPath("/apis/subresources.kubevirt.io/v1").DoRaw(ctx)
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("GET /apis/subresources.kubevirt.io/v1 without virt-api = %v, want 404", err)
@@ -303,9 +211,6 @@ func TestEnv(t *testing.T) {
 		kv := kubevirt.NewForConfigOrDie(p.Config(AdminUser))
 		if err := kv.KubevirtV1().VirtualMachines(ns).Start(ctx, "vm1", &v1.StartOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("start without virt-api = %v, want 404", err)
-		}
-		if hits.Load() != before {
-			t.Error("the fallback proxy used the subresource handler")
 		}
 		groups, err := kube.Discovery().ServerGroups()
 		if err != nil || hasGroup(groups, SubresourceGroup) || !hasGroup(groups, "kubevirt.io") {
@@ -330,8 +235,10 @@ func TestEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Stop()
-		if _, err := e.KubeVirt.KubevirtV1().VirtualMachines(ns).Create(ctx,
-			&v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil {
+		if _, err := e.KubeVirt.KubevirtV1().VirtualMachines(ns).Create(ctx, &v1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: "watched"},
+			Spec:       v1.VirtualMachineSpec{Template: &v1.VirtualMachineInstanceTemplateSpec{}},
+		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		timeout := time.After(10 * time.Second)
@@ -410,13 +317,22 @@ func TestBinariesMissingInCI(t *testing.T) {
 	}
 }
 
+// TestManifests checks the generated KubeVirt and CDI manifests
+// (kubevirt.yaml, cdi.yaml) and the embedded CDI roles.
 func TestManifests(t *testing.T) {
-	crds, err := CRDs()
+	if testing.Short() && !envSet("CI") {
+		t.Skip("needs the test binaries")
+	}
+	bin, err := Binaries(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := loadKubeVirtManifests(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	status := map[string]bool{}
-	for _, c := range crds {
+	for _, c := range m.crds {
 		vs := c.Object["spec"].(map[string]any)["versions"].([]any)
 		_, has := vs[0].(map[string]any)["subresources"]
 		status[c.GetName()] = has
@@ -426,24 +342,56 @@ func TestManifests(t *testing.T) {
 		"virtualmachineinstancemigrations.kubevirt.io": true, "virtualmachinesnapshots.snapshot.kubevirt.io": true,
 		"virtualmachinesnapshotcontents.snapshot.kubevirt.io": true, "virtualmachinerestores.snapshot.kubevirt.io": true,
 		"virtualmachineclones.clone.kubevirt.io": true, "datavolumes.cdi.kubevirt.io": true,
-		"virtualmachineclusterinstancetypes.instancetype.kubevirt.io": false,
+		"virtualmachineclusterinstancetypes.instancetype.kubevirt.io": false, "kubevirts.kubevirt.io": true,
 	} {
 		got, ok := status[name]
 		if !ok || got != want {
 			t.Errorf("CRD %s: present %v, status subresource %v, want %v", name, ok, got, want)
 		}
 	}
+	for _, name := range []string{"datasources.cdi.kubevirt.io", "storageprofiles.cdi.kubevirt.io", "cdis.cdi.kubevirt.io"} {
+		if _, ok := status[name]; !ok {
+			t.Errorf("CRD %s missing", name)
+		}
+	}
+	names := map[string]bool{}
+	for _, o := range m.base {
+		names[o.GetKind()+" "+o.GetName()] = true
+	}
+	for _, o := range m.virtAPI {
+		names[o.GetKind()+" "+o.GetName()] = true
+	}
 	roles, err := ClusterRoles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
 	for _, r := range roles {
-		names[r.GetName()] = true
+		names[r.GetKind()+" "+r.GetName()] = true
 	}
-	for _, n := range []string{"kubevirt.io:admin", "kubevirt.io:edit", "kubevirt.io:view", "kubevirt.io:migrate"} {
+	for _, n := range []string{"ClusterRole kubevirt.io:admin", "ClusterRole kubevirt.io:edit", "ClusterRole kubevirt.io:view",
+		"ClusterRole kubevirt.io:migrate", "ClusterRole cdi.kubevirt.io:edit",
+		"ServiceAccount " + VirtAPIServiceAccount, "ServiceAccount " + VirtControllerServiceAccount,
+		"ServiceAccount " + VirtHandlerServiceAccount, "Service virt-api",
+		"APIService v1.subresources.kubevirt.io", "APIService v1alpha3.subresources.kubevirt.io",
+		"ValidatingWebhookConfiguration virt-api-validator", "MutatingWebhookConfiguration virt-api-mutator"} {
 		if !names[n] {
-			t.Errorf("ClusterRole %s missing", n)
+			t.Errorf("%s missing", n)
+		}
+	}
+	routed, err := routeToVirtAPI(m.virtAPI, 12345, []byte("ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range routed {
+		if o.GetKind() != "ValidatingWebhookConfiguration" && o.GetKind() != "MutatingWebhookConfiguration" {
+			continue
+		}
+		hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		for _, h := range hooks {
+			url, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "url")
+			if !strings.HasPrefix(url, "https://127.0.0.1:12345/") {
+				t.Errorf("%s webhook %v: url %q", o.GetName(), h.(map[string]any)["name"], url)
+			}
 		}
 	}
 }
@@ -457,23 +405,6 @@ func bind(t *testing.T, e *Env, ns, name, role string, subject rbacv1.Subject) {
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually retries f for a few seconds: RBAC changes reach the
-// authorizer through an informer.
-func eventually(t *testing.T, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

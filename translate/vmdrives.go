@@ -300,7 +300,12 @@ func (p *drivePlan) diskDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubev
 // serial.
 func diskTarget(bus kubevirtv1.DiskBus, d *drive) kubevirtv1.Disk {
 	disk := kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}}
-	if d.opts["iothread"] == "1" {
+	// KubeVirt gives I/O threads to virtio disks only; its VM webhook
+	// refuses dedicatedIOThread on any other bus ("IOThreads are not
+	// supported for disks on a scsi bus"). PVE's iothread=1 on SCSI (the
+	// GUI default with virtio-scsi-single) stays in the config, as on PVE,
+	// and maps to nothing.
+	if d.opts["iothread"] == "1" && bus == kubevirtv1.DiskBusVirtio {
 		t := true
 		disk.DedicatedIOThread = &t
 	}

@@ -334,8 +334,9 @@ func TestDiskTarget(t *testing.T) {
 		{kubevirtv1.DiskBusSCSI, "local-lvm:1", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "scsi"}}}},
 		{kubevirtv1.DiskBusVirtio, "local-lvm:1,iothread=1", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "virtio"}}, DedicatedIOThread: &on}},
 		{kubevirtv1.DiskBusVirtio, "local-lvm:1,iothread=0", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "virtio"}}}},
-		// Today any bus gets the I/O thread it asks for.
-		{kubevirtv1.DiskBusSATA, "local-lvm:1,iothread=1", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "sata"}}, DedicatedIOThread: &on}},
+		// KubeVirt's webhook refuses I/O threads on any bus but virtio.
+		{kubevirtv1.DiskBusSATA, "local-lvm:1,iothread=1", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "sata"}}}},
+		{kubevirtv1.DiskBusSCSI, "local-lvm:1,iothread=1", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "scsi"}}}},
 		{kubevirtv1.DiskBusSCSI, "local-lvm:1,cache=writeback", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "scsi"}}, Cache: "writeback"}},
 		{kubevirtv1.DiskBusSCSI, "local-lvm:1,cache=none", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "scsi"}}, Cache: "none"}},
 		{kubevirtv1.DiskBusSCSI, "local-lvm:1,cache=writethrough", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "scsi"}}, Cache: "writethrough"}},

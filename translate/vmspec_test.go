@@ -102,8 +102,13 @@ func TestBuildVMNetAndDisk(t *testing.T) {
 		t.Fatalf("dv size %s", q.String())
 	}
 	d := spec.Domain.Devices.Disks[0]
-	if d.Name != "scsi0" || d.Disk.Bus != kubevirtv1.DiskBusSCSI || d.BootOrder == nil || *d.BootOrder != 1 || d.DedicatedIOThread == nil {
+	if d.Name != "scsi0" || d.Disk.Bus != kubevirtv1.DiskBusSCSI || d.BootOrder == nil || *d.BootOrder != 1 {
 		t.Fatalf("disk %+v", d)
+	}
+	// iothread=1 stays in the config (above) but a SCSI disk gets no I/O
+	// thread: KubeVirt's webhook refuses one on any bus but virtio.
+	if d.DedicatedIOThread != nil {
+		t.Fatalf("scsi0 got a dedicated I/O thread: %+v", d)
 	}
 	if spec.Volumes[0].DataVolume == nil || spec.Volumes[0].DataVolume.Name != "vm-100-disk-0" {
 		t.Fatalf("volume %+v", spec.Volumes[0])
@@ -248,6 +253,31 @@ func TestConfigViewPreexisting(t *testing.T) {
 	}
 	if v["net0"] != "virtio=02:00:00:AA:BB:CC,bridge=vmbr0" {
 		t.Fatalf("net0 %v", v["net0"])
+	}
+	// Every KubeVirt domain has the guest agent's channel.
+	if v["agent"] != "1" || AgentConfig(vm) != "1" {
+		t.Fatalf("agent %v", v["agent"])
+	}
+}
+
+// TestAgentConfig: a VM made through the API has the agent it was made
+// with, as in PVE; one made outside it has KubeVirt's, always there.
+func TestAgentConfig(t *testing.T) {
+	for _, c := range []struct {
+		cfg  map[string]string
+		want string
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"agent": "1"}, "1"},
+		{map[string]string{"agent": "0"}, "0"},
+	} {
+		vm := buildOK(t, c.cfg)
+		if got := AgentConfig(vm); got != c.want {
+			t.Errorf("%v: agent %q, want %q", c.cfg, got, c.want)
+		}
+		if v, ok := ConfigView(vm, nil)["agent"]; (c.want == "") == ok || (ok && v != c.want) {
+			t.Errorf("%v: view shows agent %v", c.cfg, v)
+		}
 	}
 }
 

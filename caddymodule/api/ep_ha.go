@@ -388,7 +388,7 @@ func (h *APIHandler) haPower(q *request, g kube.Guest, action string) (result an
 			_ = q.c.StopVM(q.ctx(), fresh, &zero)
 		}
 	}
-	res, e := h.begin(q, g, typ, kube.GoalNone, 0, fmt.Sprintf("Requesting HA %s for VM %d", verb, g.VMID), nil)
+	res, e := h.begin(q, g, guestTask{typ: typ, goal: kube.GoalNone, log: fmt.Sprintf("Requesting HA %s for VM %d", verb, g.VMID)})
 	return res, true, e
 }
 

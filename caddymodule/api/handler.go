@@ -83,7 +83,7 @@ type APIHandler struct {
 	Prometheus *PrometheusConfig `json:"prometheus,omitempty"`
 	// LocalStorage is the directory storage that keeps ISO images, disk
 	// images to import and snippets as claims (PVE's "local").
-	LocalStorage LocalStorageConfig `json:"local_storage,omitempty"`
+	LocalStorage LocalStorageConfig `json:"local_storage,omitzero"`
 	// UploadProxy is where uploads go (CDI's cdi-uploadproxy); default:
 	// found in the cluster.
 	UploadProxy *UploadProxyConfig `json:"cdi_upload_proxy,omitempty"`

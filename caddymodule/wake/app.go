@@ -24,13 +24,21 @@ func init() {
 // proxmox_wake handler wakes guests on. Each cluster is polled once per
 // poll_interval with one /cluster/resources call, whatever the number of
 // guests. Provisioning only builds clients; nothing is contacted, and no
-// guest is ever started or stopped, before Start.
+// guest is ever started or stopped, before Start. The guests' wakes,
+// readiness, failures and sleeps are Caddy events (see appEvents).
 type ProxmoxApp struct {
 	// Clusters are the Proxmox VE clusters, by unique name.
 	Clusters []*PVECluster `json:"clusters,omitempty"`
+	// Share, when set, shares guests' activity and start/stop ownership
+	// with other Caddy instances through Caddy's storage.
+	Share *Share `json:"share,omitempty"`
 
 	runtimes map[string]*lxc.Cluster
 	logger   *zap.Logger
+	// share is Share on this config's storage.
+	share *lxc.Share
+	// events emits the guests' lifecycle as Caddy events (events.go).
+	events appEvents
 }
 
 // PVECluster is how to reach one Proxmox VE cluster.
@@ -54,9 +62,12 @@ type PVECluster struct {
 	// RequestTimeout bounds each API call (15s).
 	RequestTimeout caddy.Duration `json:"request_timeout,omitempty"`
 	// Simulate serves the cluster from an embedded simulator with demo
-	// guests (LXC 100 "web", 101 "wiki", QEMU 200 "app"), for trying
-	// things out. It excludes urls and token.
+	// guests (LXC 100 "web", 101 "wiki", QEMU 200 "app"; wiki and app
+	// tagged caddy-wake), for trying things out. It excludes urls and
+	// token.
 	Simulate bool `json:"simulate,omitempty"`
+	// WakeNodes, when set, wakes a guest's powered-off node first.
+	WakeNodes *WakeNodes `json:"wake_nodes,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -77,6 +88,10 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 	if err := lxc.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering proxmox metrics: %w", err)
 	}
+	a.share = a.Share.runtime(ctx.Storage())
+	if err := a.events.provision(ctx); err != nil {
+		return err
+	}
 	repl := caddy.NewReplacer()
 	a.runtimes = map[string]*lxc.Cluster{}
 	for _, pc := range a.Clusters {
@@ -90,6 +105,7 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 			PollInterval:          time.Duration(pc.PollInterval),
 			RequestTimeout:        time.Duration(pc.RequestTimeout),
 			Simulate:              pc.Simulate,
+			WakeNodes:             pc.WakeNodes.runtime(),
 		}
 		for i, u := range cfg.URLs {
 			cfg.URLs[i] = repl.ReplaceKnown(u, "")
@@ -109,6 +125,9 @@ func (a *ProxmoxApp) Provision(ctx caddy.Context) error {
 
 // Validate checks names and settings.
 func (a *ProxmoxApp) Validate() error {
+	if err := a.Share.validate(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for _, pc := range a.Clusters {
 		if pc == nil {
@@ -119,7 +138,7 @@ func (a *ProxmoxApp) Validate() error {
 		}
 		seen[pc.Name] = true
 		cfg := lxc.ClusterConfig{Name: pc.Name, URLs: pc.URLs, TokenID: pc.TokenID, TokenSecret: pc.TokenSecret,
-			PollInterval: time.Duration(pc.PollInterval), Simulate: pc.Simulate}
+			PollInterval: time.Duration(pc.PollInterval), Simulate: pc.Simulate, WakeNodes: pc.WakeNodes.runtime()}
 		if err := cfg.Validate(); err != nil {
 			return fmt.Errorf("proxmox: %w", err)
 		}
@@ -127,20 +146,30 @@ func (a *ProxmoxApp) Validate() error {
 	return nil
 }
 
-// Start begins node discovery and polling of every cluster.
+// Start begins node discovery and polling of every cluster, and arms the
+// guests' keep_warm starts.
 func (a *ProxmoxApp) Start() error {
+	a.events.start(a.runtimes)
 	for _, c := range a.runtimes {
+		c.SetShare(a.share)
 		c.Start()
+		for _, g := range c.Guests() {
+			g.ScheduleKeepWarm()
+		}
 	}
 	return nil
 }
 
-// Stop does nothing: the runtimes are shared with the next config and
-// end in Cleanup when no config uses them any more.
-func (a *ProxmoxApp) Stop() error { return nil }
+// Stop ends this config's events; the runtimes are shared with the next
+// config and end in Cleanup when no config uses them any more.
+func (a *ProxmoxApp) Stop() error {
+	a.events.stop()
+	return nil
+}
 
 // Cleanup releases this config's hold on the cluster runtimes.
 func (a *ProxmoxApp) Cleanup() error {
+	a.events.stop()
 	for name, c := range a.runtimes {
 		_ = c.Release()
 		delete(a.runtimes, name)

@@ -38,7 +38,8 @@ func parseWakeCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 
 // UnmarshalCaddyfile reads:
 //
-//	proxmox_wake <cluster>/<vmid|name> {
+//	proxmox_wake <cluster>/<vmid|name|placeholders> {
+//		tag <tag>                        # placeholders only: the opt-in tag (caddy-wake)
 //		idle_timeout <duration>          # 15m; 0 never stops
 //		wake_timeout <duration>          # 2m
 //		hold_timeout <duration>          # 60s
@@ -53,12 +54,18 @@ func parseWakeCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //		task_poll_interval <duration>    # 200ms
 //		max_pending <n>
 //		mode auto|page|hold
-//		keep_warm [<days>] <HH:MM-HH:MM> # repeatable
+//		keep_warm [<days>] <HH:MM-HH:MM> # repeatable; starts the guest when it opens
+//		time_zone <IANA name>            # of keep_warm; local time by default
 //		depends_on <guest>...
 //		leave_external
 //		ignore <@matcher> | ignore { <matchers> }   # repeatable
 //		events_path <path>
 //		show_details                     # node, address and error text on the page
+//		busy_if <metric> > <value>... [for <window>]  # repeatable; see lxc.ParseBusyIf
+//		pre_stop_check <url> [<timeout>] # 2xx = may stop
+//		stream_idle_timeout <duration>   # silent streams stop counting
+//		page <file>                      # html/template for the loading and error page
+//		use_handle_errors                # error answers go to handle_errors
 //	}
 //
 // An ignore line naming a matcher (@name, or a path) is only recorded
@@ -114,11 +121,15 @@ func (m *WakeHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					m.MaxBackoff = caddy.Duration(dur)
 				}
 			}
-		case "stop_method", "address", "mode", "events_path":
+		case "stop_method", "address", "mode", "events_path", "tag", "time_zone":
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
 			switch opt {
+			case "time_zone":
+				m.TimeZone = d.Val()
+			case "tag":
+				m.Tag = d.Val()
 			case "stop_method":
 				m.StopMethod = d.Val()
 			case "address":
@@ -206,7 +217,13 @@ func (m *WakeHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			m.IgnoreRaw = append(m.IgnoreRaw, ms)
 		default:
-			return d.Errf("unknown proxmox_wake option '%s'", opt)
+			known, err := m.unmarshalMore(d, opt)
+			if err != nil {
+				return err
+			}
+			if !known {
+				return d.Errf("unknown proxmox_wake option '%s'", opt)
+			}
 		}
 	}
 	return nil
@@ -243,6 +260,9 @@ func (m *WakeHandler) FinalizeUnmarshalCaddyfile(helper httpcaddyfile.Helper) er
 // parseProxmoxGlobal sets up the proxmox app from the global option:
 //
 //	proxmox {
+//		share {                           # act as one with other Caddy instances on the same storage
+//			interval <duration>           # 10s: activity written at most this often per guest
+//		}
 //		cluster <name> {
 //			url <https://host:8006>       # repeatable: failover entry points
 //			token_id <user@realm!name>
@@ -252,6 +272,10 @@ func (m *WakeHandler) FinalizeUnmarshalCaddyfile(helper httpcaddyfile.Helper) er
 //			poll_interval <duration>
 //			request_timeout <duration>
 //			simulate                      # embedded demo cluster instead
+//			wake_nodes {                  # wake a guest's powered-off node first
+//				join_timeout <duration>   # 5m
+//				node <node> <mac> [<broadcast[:port]>]  # Caddy sends the packet
+//			}
 //		}
 //	}
 //
@@ -278,8 +302,16 @@ func (a *ProxmoxApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	for d.NextBlock(0) {
+		if d.Val() == "share" {
+			s, err := unmarshalShare(d)
+			if err != nil {
+				return err
+			}
+			a.Share = s
+			continue
+		}
 		if d.Val() != "cluster" {
-			return d.Errf("unknown proxmox option '%s' (want cluster)", d.Val())
+			return d.Errf("unknown proxmox option '%s' (want cluster or share)", d.Val())
 		}
 		if !d.NextArg() {
 			return d.ArgErr()
@@ -339,6 +371,12 @@ func (a *ProxmoxApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				} else {
 					pc.RequestTimeout = caddy.Duration(dur)
 				}
+			case "wake_nodes":
+				w, err := unmarshalWakeNodes(d)
+				if err != nil {
+					return err
+				}
+				pc.WakeNodes = w
 			default:
 				return d.Errf("unknown cluster option '%s'", opt)
 			}

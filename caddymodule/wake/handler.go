@@ -1,8 +1,10 @@
 package wake
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"strings"
 	"time"
@@ -26,8 +28,14 @@ func init() {
 // with Retry-After. The guest is stopped once no request has been in
 // flight (websockets and streams included) for idle_timeout.
 type WakeHandler struct {
-	// Guest is "<cluster>/<vmid>" or "<cluster>/<name>".
+	// Guest is "<cluster>/<vmid>" or "<cluster>/<name>". The guest part
+	// may hold placeholders ("lab/{labels.2}"), resolved per request:
+	// then only guests carrying Tag are served, others get a 404.
 	Guest string `json:"guest"`
+	// Tag is the Proxmox tag a guest needs to be served through a
+	// placeholder reference (caddy-wake); its caddy-<option>-<value> tags
+	// override port, idle_timeout, wake_timeout, probe and stop_method.
+	Tag string `json:"tag,omitempty"`
 	// IdleTimeout before an idle guest is stopped (15m); 0 never stops.
 	IdleTimeout *caddy.Duration `json:"idle_timeout,omitempty"`
 	// WakeTimeout bounds a wake from start to ready (2m).
@@ -67,8 +75,11 @@ type WakeHandler struct {
 	// page (everyone gets the page) or hold (nobody does).
 	Mode string `json:"mode,omitempty"`
 	// KeepWarm windows ("Mon-Fri 08:00-18:00") keep the guest from
-	// idling out.
+	// idling out, and start it when they open.
 	KeepWarm []string `json:"keep_warm,omitempty"`
+	// TimeZone is the IANA time zone of the keep_warm windows ("Europe/
+	// Paris"); the process's local time by default.
+	TimeZone string `json:"time_zone,omitempty"`
 	// DependsOn are guests of the same cluster woken first (in parallel)
 	// and kept up while this one is.
 	DependsOn []string `json:"depends_on,omitempty"`
@@ -86,6 +97,38 @@ type WakeHandler struct {
 	// answers. Off, visitors read what failed in general words and the
 	// details go to the log and the admin API only.
 	ShowDetails bool `json:"show_details,omitempty"`
+	// BusyIf rules count a guest busy with work that does not pass
+	// through Caddy (a transcode, a download, SSH, SMB) as active, from
+	// its CPU, network and disk rates in the cluster poll.
+	BusyIf []*BusyIf `json:"busy_if,omitempty"`
+	// PreStopCheck is a URL asked before an idle stop: a 2xx lets the
+	// stop go ahead; any other answer (redirects are not followed), an
+	// error or no answer within PreStopTimeout means busy, and it is
+	// asked again later (after idle_timeout, at most a minute). It may
+	// contain {guest.address} (the guest's address, bracketed if IPv6),
+	// {guest.port}, {guest.vmid}, {guest.node} and {guest.name}.
+	PreStopCheck string `json:"pre_stop_check,omitempty"`
+	// PreStopTimeout bounds one pre_stop_check request (5s).
+	PreStopTimeout caddy.Duration `json:"pre_stop_timeout,omitempty"`
+	// StreamIdleTimeout ends a silent stream's claim to activity: a
+	// websocket or event stream that carried no bytes (either way) for
+	// this long no longer keeps the guest up, and the guest idles out
+	// idle_timeout after its last byte. 0: open streams always count.
+	StreamIdleTimeout caddy.Duration `json:"stream_idle_timeout,omitempty"`
+	// Page is a file with an html/template for the loading and error
+	// page that browsers get, read when the config loads. It is given
+	// .Name (the guest's public name), .State, .Message, .Error,
+	// .EventsPath, .Refresh (the retry time in seconds, also
+	// .RetryAfter) and .Progress. The status code, Cache-Control:
+	// no-store and Retry-After stay the handler's.
+	Page string `json:"page,omitempty"`
+	// UseHandleErrors hands the handler's error answers (a failed wake,
+	// a hold that timed out, too many waiting requests, an ignored
+	// request while the guest sleeps) to the site's handle_errors routes
+	// as a 503 or 504 error instead of answering itself; the loading page
+	// stays the handler's. {http.proxmox_wake.*} placeholders describe
+	// the guest.
+	UseHandleErrors bool `json:"use_handle_errors,omitempty"`
 
 	// namedIgnores wait for FinalizeUnmarshalCaddyfile (Caddyfile only).
 	namedIgnores []namedIgnore
@@ -97,6 +140,12 @@ type WakeHandler struct {
 	// the port of whichever handler of the guest was provisioned last.
 	port   int
 	logger *zap.Logger
+
+	// dynamic resolves a reference with placeholders (binding and guest
+	// are then nil; each request gets a copy bound to its guest).
+	dynamic *dynamicGuests
+	// page is Page, parsed (nil: the built-in page).
+	page *template.Template
 }
 
 // Response header marking how a request met the guest: "cold" when it
@@ -141,6 +190,7 @@ func (h *WakeHandler) config() (lxc.GuestConfig, error) {
 	if h.IdleTimeout != nil {
 		cfg.IdleTimeout = time.Duration(*h.IdleTimeout)
 	}
+	h.activityConfig(&cfg)
 	for _, s := range h.KeepWarm {
 		w, err := lxc.ParseWindow(s)
 		if err != nil {
@@ -148,6 +198,11 @@ func (h *WakeHandler) config() (lxc.GuestConfig, error) {
 		}
 		cfg.KeepWarm = append(cfg.KeepWarm, w)
 	}
+	loc, err := loadTimeZone(h.TimeZone)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TimeZone = loc
 	cfg = cfg.WithDefaults()
 	return cfg, cfg.Validate()
 }
@@ -171,6 +226,9 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 	if h.EventsPath == "" {
 		h.EventsPath = defaultEventsPath
 	}
+	if err := h.loadPage(); err != nil {
+		return err
+	}
 	if h.IgnoreRaw != nil {
 		mods, err := ctx.LoadModule(h, "IgnoreRaw")
 		if err != nil {
@@ -191,6 +249,10 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 	c, err := appIface.(*ProxmoxApp).Cluster(cluster)
 	if err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
+	}
+	if hasPlaceholder(ref) {
+		h.dynamic = newDynamicGuests(c, ref, cmp.Or(h.Tag, lxc.DefaultOptInTag), cfg, h.logger)
+		return nil
 	}
 	b, err := lxc.AcquireGuest(c, ref, cfg, h.logger)
 	if err != nil {
@@ -219,13 +281,13 @@ func (h *WakeHandler) Validate() error {
 	if _, err := h.config(); err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
-	return nil
+	return h.validateTag()
 }
 
 // splitGuest splits a guest reference "<cluster>/<vmid|name>".
 func splitGuest(guest string) (cluster, ref string, err error) {
 	cluster, ref, ok := strings.Cut(guest, "/")
-	if !ok || cluster == "" {
+	if !ok || cluster == "" || hasPlaceholder(cluster) {
 		return "", "", fmt.Errorf("guest %q must be <cluster>/<vmid> or <cluster>/<name>", guest)
 	}
 	if err := lxc.ValidateRef(ref); err != nil {
@@ -237,6 +299,9 @@ func splitGuest(guest string) (cluster, ref string, err error) {
 // Cleanup releases this config's binding of the guest. The guest runtime
 // (timers, state, a wake in progress) lives on if the next config uses it.
 func (h *WakeHandler) Cleanup() error {
+	if h.dynamic != nil {
+		h.dynamic.Release()
+	}
 	if h.binding != nil {
 		return h.binding.Release()
 	}
@@ -245,6 +310,9 @@ func (h *WakeHandler) Cleanup() error {
 
 // ServeHTTP wakes the guest if needed and passes the request on.
 func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.dynamic != nil {
+		return h.serveDynamic(w, r, next)
+	}
 	g := h.guest
 	if len(h.ignore) > 0 {
 		match, err := h.ignore.AnyMatchWithError(r)
@@ -263,7 +331,7 @@ func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 	if r.URL.Path == h.EventsPath {
 		return h.serveEvents(w, r)
 	}
-	end := g.Begin(isStream(r))
+	w, end := h.beginActivity(w, r)
 	defer end()
 	if up, ok := g.Upstream(h.port); ok {
 		h.setUpstream(r, up, false)

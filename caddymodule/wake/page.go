@@ -3,6 +3,7 @@ package wake
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"math"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddy-proxmox/caddy-proxmox/lxc"
 )
@@ -66,19 +69,20 @@ h1{font-size:1.3rem;margin:0 0 1rem}
 </html>
 `))
 
+// wakePageData is what the page (built-in or page template) is given.
 type wakePageData struct {
-	Name, Message, EventsPath string
-	Error                     bool
-	Refresh, Progress         int
+	// Name is the guest's public name; State its state (starting,
+	// failed…); Message what is happening, or what failed.
+	Name, State, Message, EventsPath string
+	Error                            bool
+	// Refresh and RetryAfter are the seconds until a retry.
+	Refresh, RetryAfter, Progress int
 }
 
 // servePage answers the loading page: 503 (so that nothing caches or
 // indexes it as the site) with Retry-After and Cache-Control: no-store.
 func (h *WakeHandler) servePage(w http.ResponseWriter, r *http.Request, op *lxc.WakeOp) error {
-	data := wakePageData{Name: h.guest.Ref(), Message: "Waking up…", EventsPath: h.EventsPath, Refresh: 2, Progress: 5}
-	if info := h.guest.Info(); info.Name != "" {
-		data.Name = info.Name
-	}
+	data := wakePageData{Name: h.publicName(), Message: "Waking up…", EventsPath: h.EventsPath, Refresh: 2, Progress: 5}
 	select {
 	case <-op.Done():
 		if err := op.Err(); err != nil {
@@ -91,8 +95,17 @@ func (h *WakeHandler) servePage(w http.ResponseWriter, r *http.Request, op *lxc.
 		}
 	default:
 	}
+	data.State, data.RetryAfter = string(h.guest.State()), data.Refresh
+	if data.Error && h.UseHandleErrors {
+		return h.unavailable(w, r, http.StatusServiceUnavailable, time.Duration(data.Refresh)*time.Second, data.Message)
+	}
+	errText := ""
+	if data.Error {
+		errText = data.Message
+	}
+	h.setPlaceholders(r, errText, data.Refresh)
 	var buf bytes.Buffer
-	if err := wakePage.Execute(&buf, data); err != nil {
+	if err := h.renderPage(&buf, data); err != nil {
 		return err
 	}
 	hd := w.Header()
@@ -183,6 +196,10 @@ func (h *WakeHandler) unavailable(w http.ResponseWriter, r *http.Request, code i
 	hd := w.Header()
 	hd.Set("Retry-After", strconv.Itoa(secs))
 	hd.Set("Cache-Control", "no-store")
+	h.setPlaceholders(r, msg, secs)
+	if h.UseHandleErrors {
+		return caddyhttp.Error(code, errors.New(msg))
+	}
 	var body []byte
 	if strings.Contains(r.Header.Get("Accept"), "json") {
 		hd.Set("Content-Type", "application/json")

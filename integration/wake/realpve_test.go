@@ -50,25 +50,6 @@ func (e *env) logHas(subs ...string) bool {
 	return false
 }
 
-// info is a guest as the admin API shows it.
-type info struct {
-	State     string `json:"state"`
-	Node      string `json:"node"`
-	External  bool   `json:"started_externally"`
-	LastError string `json:"last_error"`
-	Lock      string `json:"lock"`
-	HAState   string `json:"hastate"`
-}
-
-func (e *env) info(ref string) info {
-	e.t.Helper()
-	var in info
-	if code := e.adminJSON("GET", fmt.Sprintf("/proxmox/guests/%s/%s", e.cluster, ref), &in); code != 200 {
-		e.t.Fatalf("admin API on %s: %d", ref, code)
-	}
-	return in
-}
-
 // waitEvent reads the progress stream of the site for host until an event
 // contains want, and returns the stream so far.
 func (e *env) waitEvent(host, want string) string {
