@@ -585,12 +585,24 @@ func unusedEntries(owned map[string]*ownedClaim, used, destroy map[string]bool, 
 }
 
 // keptTemplates are the DataVolume templates the VM keeps, in name order:
-// all but those the call destroys. A detached disk keeps its template, so
-// that its DataVolume stays the VM's.
-func keptTemplates(templates map[string]kubevirtv1.DataVolumeTemplateSpec, destroy map[string]bool) []kubevirtv1.DataVolumeTemplateSpec {
+// those a volume of vols still uses and the call does not destroy.
+// KubeVirt's VM webhook refuses a template no volume references
+// (ValidateDataVolumeTemplate), so a detached disk's template goes while
+// its DataVolume stays, still owned by the VM (virt-controller never
+// deletes the DataVolume of a template dropped) and named by its unusedN.
+func keptTemplates(templates map[string]kubevirtv1.DataVolumeTemplateSpec, destroy map[string]bool, vols []kubevirtv1.Volume) []kubevirtv1.DataVolumeTemplateSpec {
+	referenced := map[string]bool{}
+	for _, v := range vols {
+		switch {
+		case v.DataVolume != nil:
+			referenced[v.DataVolume.Name] = true
+		case v.PersistentVolumeClaim != nil:
+			referenced[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
 	var out []kubevirtv1.DataVolumeTemplateSpec
 	for _, n := range orderedKeys(templates) {
-		if !destroy[n] {
+		if !destroy[n] && referenced[n] {
 			out = append(out, templates[n])
 		}
 	}
@@ -611,7 +623,7 @@ func (p *drivePlan) write(vm *kubevirtv1.VirtualMachine) {
 		}
 	}
 	pinDiskKeys(vm, kept)
-	vm.Spec.DataVolumeTemplates = keptTemplates(p.templates, p.chg.destroy)
+	vm.Spec.DataVolumeTemplates = keptTemplates(p.templates, p.chg.destroy, p.vols)
 	vm.Spec.Template.Spec.Domain.Devices.Disks = p.disks
 	vm.Spec.Template.Spec.Volumes = p.vols
 }

@@ -34,10 +34,19 @@ func testPlan(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]strin
 	return newDrivePlan(vm.DeepCopy(), req, cfg, bootOrder(cfg), map[string]string{}, &diskChange{destroy: map[string]bool{}})
 }
 
+// claims100 are seedClaims and vm100's detached disk, whose DataVolume
+// outlives its template.
+var claims100 = func(name string) (ClaimInfo, bool) {
+	if name == "vm-100-disk-1" {
+		return ClaimInfo{StorageClass: "local-lvm", Bytes: 2 * GiB}, true
+	}
+	return seedClaims(name)
+}
+
 func req100() VMRequest {
 	return VMRequest{VMID: 100, Namespace: "default", StorageExists: func(s string) bool { return s == "local-lvm" || s == "ceph-rbd" },
 		FileStorage: func(s string) bool { return s == "local" },
-		Claim:       seedClaims, VolumeTaken: takenBy(seedClaims),
+		Claim:       claims100, VolumeTaken: takenBy(seedClaims),
 		ISOSize: func(claim string) (int64, bool) { return 658505728, claim == "debian-12-iso" }}
 }
 
@@ -73,9 +82,9 @@ func TestOwnedClaims(t *testing.T) {
 		want      map[string]ownedClaim
 		templates []string
 	}{
-		{"templates, attached and detached", vm100(t), nil,
-			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": tmpl("local-lvm")},
-			[]string{"vm-100-disk-0", "vm-100-disk-1"}},
+		{"a template attached; a detached disk's claim, storage from its unusedN", vm100(t), nil,
+			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": {storage: "local-lvm"}},
+			[]string{"vm-100-disk-0"}},
 		{"a PVC, storage from the claim", seedWin11(), seedClaims,
 			map[string]ownedClaim{"vm-101-disk-0": {storage: "ceph-rbd"}}, []string{}},
 		{"a PVC, storage unknown", seedWin11(), nil,
@@ -241,7 +250,7 @@ func TestMapDrive(t *testing.T) {
 		{"new disk", "virtio1", "local-lvm:4,iothread=1", map[string]string{"boot": "order=scsi0;virtio1"},
 			want{disk: kubevirtv1.DiskBusVirtio, source: "dv:vm-100-disk-2", shown: "local-lvm:vm-100-disk-2,iothread=1,size=4G", boot: 2}},
 		{"unused disk re-attached", "sata1", "local-lvm:vm-100-disk-1", nil,
-			want{disk: kubevirtv1.DiskBusSATA, source: "dv:vm-100-disk-1", shown: "local-lvm:vm-100-disk-1,size=2G"}},
+			want{disk: kubevirtv1.DiskBusSATA, source: "pvc:vm-100-disk-1", shown: "local-lvm:vm-100-disk-1,size=2G"}},
 		{"IDE disk runs on SATA", "ide1", "local-lvm:1", nil,
 			want{disk: kubevirtv1.DiskBusSATA, source: "dv:vm-100-disk-2", shown: "local-lvm:vm-100-disk-2,size=1G"}},
 		{"unparsable", "scsi3", "local-lvm:3,x", nil, want{err: "invalid format - format error: 'x' is not a key=value pair"}},
@@ -386,10 +395,10 @@ func TestDiskClaim(t *testing.T) {
 	}{
 		{"local-lvm:0,import-from=local-lvm:golden-disk", "vm-100-disk-2", true, ""},
 		{"local-lvm:3", "vm-100-disk-2", true, ""},
-		{"local-lvm:vm-100-disk-1", "vm-100-disk-1", true, ""},
+		{"local-lvm:vm-100-disk-1", "vm-100-disk-1", false, ""}, // detached: its template is gone
 		{"pvc:vm-100-disk-0", "vm-100-disk-0", true, ""}, // the storage part is not checked for an owned claim
 		// import-from on a value that is no new disk is no import.
-		{"local-lvm:vm-100-disk-1,import-from=local-lvm:golden-disk", "vm-100-disk-1", true, ""},
+		{"local-lvm:vm-100-disk-1,import-from=local-lvm:golden-disk", "vm-100-disk-1", false, ""},
 		{"local-lvm:data-pvc", "", false, "volume 'local-lvm:data-pvc' is not a volume of VM 100"},
 	}
 	for _, tt := range tests {
@@ -544,7 +553,7 @@ func TestReattach(t *testing.T) {
 		asDV   bool
 		err    string
 	}{
-		{"template: its size", vm100(t), nil, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", true, ""},
+		{"detached template disk: the claim's size", vm100(t), claims100, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", false, ""},
 		{"PVC: the claim's size", seedWin11(), seedClaims, "ceph-rbd:vm-101-disk-0", "vm-101-disk-0", false, "ceph-rbd:vm-101-disk-0,size=64G", false, ""},
 		{"PVC, size unknown", seedWin11(), nil, "pvc:vm-101-disk-0,size=9G", "vm-101-disk-0", false, "pvc:vm-101-disk-0,size=9G", false, ""},
 		{"twice", vm100(t), nil, "local-lvm:vm-100-disk-0", "vm-100-disk-0", true, "", false,
@@ -667,14 +676,22 @@ func TestUnusedEntries(t *testing.T) {
 
 func TestKeptTemplates(t *testing.T) {
 	templates := map[string]kubevirtv1.DataVolumeTemplateSpec{}
-	for _, n := range []string{"vm-1-disk-2", "vm-1-disk-0", "vm-1-disk-1"} {
+	for _, n := range []string{"vm-1-disk-2", "vm-1-disk-0", "vm-1-disk-1", "vm-1-disk-3"} {
 		templates[n] = blankTemplate(n, "local-lvm", GiB)
 	}
-	got := keptTemplates(templates, map[string]bool{"vm-1-disk-1": true})
+	vols := []kubevirtv1.Volume{
+		{Name: "a", VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "vm-1-disk-2"}}},
+		{Name: "b", VolumeSource: kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "vm-1-disk-0", ReadOnly: true}}}},
+		{Name: "c", VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "vm-1-disk-1"}}},
+	}
+	// disk-1 is destroyed; disk-3 is detached (no volume uses it), and
+	// KubeVirt's webhook refuses a template no volume references.
+	got := keptTemplates(templates, map[string]bool{"vm-1-disk-1": true}, vols)
 	if len(got) != 2 || got[0].Name != "vm-1-disk-0" || got[1].Name != "vm-1-disk-2" {
 		t.Fatalf("kept %v", got)
 	}
-	if keptTemplates(map[string]kubevirtv1.DataVolumeTemplateSpec{}, nil) != nil {
+	if keptTemplates(map[string]kubevirtv1.DataVolumeTemplateSpec{}, nil, nil) != nil {
 		t.Fatal("no templates must stay nil, as the VM had none")
 	}
 }

@@ -39,17 +39,19 @@ func TestUpdateVM(t *testing.T) {
 		t.Fatal("UpdateVM modified its input")
 	}
 
-	// Detaching a disk keeps its data as unused0, like PVE.
+	// Detaching a disk keeps its data as unused0, like PVE; its template
+	// goes, as KubeVirt refuses one no volume uses, and its DataVolume
+	// stays.
 	up2, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK}, []string{"scsi1"})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	cfg = StoredConfig(up2)
-	if cfg["unused0"] != "local-lvm:vm-100-disk-1" || len(up2.Spec.DataVolumeTemplates) != 2 || len(up2.Spec.Template.Spec.Volumes) != 1 {
+	if cfg["unused0"] != "local-lvm:vm-100-disk-1" || len(up2.Spec.DataVolumeTemplates) != 1 || len(up2.Spec.Template.Spec.Volumes) != 1 {
 		t.Fatalf("after detach: %v volumes %v", cfg, up2.Spec.Template.Spec.Volumes)
 	}
 	// Reattach it under another key.
-	up3, errs := UpdateVM(up2, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Config: map[string]string{"virtio0": "local-lvm:vm-100-disk-1"}}, []string{"unused0"})
+	up3, errs := UpdateVM(up2, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Claim: claims100, Config: map[string]string{"virtio0": "local-lvm:vm-100-disk-1"}}, []string{"unused0"})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -270,7 +272,8 @@ func TestTemplateBaseVolumes(t *testing.T) {
 		t.Fatalf("claims %v", claims)
 	}
 	// The config as a client sends it back, base- names and all.
-	again, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK,
+	detached := claimsOf(map[string]ClaimInfo{"vm-100-disk-1": {StorageClass: "local-lvm", Bytes: GiB}})
+	again, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Claim: detached,
 		Config: map[string]string{"scsi0": "local-lvm:base-100-disk-0,size=4G,iothread=1", "scsi2": "local-lvm:base-100-disk-1"}}, nil)
 	if len(errs) > 0 {
 		t.Fatalf("update naming base- volumes: %v", errs)
