@@ -396,7 +396,7 @@ func TestDiskClaim(t *testing.T) {
 		{"local-lvm:0,import-from=local-lvm:golden-disk", "vm-100-disk-2", true, ""},
 		{"local-lvm:3", "vm-100-disk-2", true, ""},
 		{"local-lvm:vm-100-disk-1", "vm-100-disk-1", false, ""}, // detached: its template is gone
-		{"pvc:vm-100-disk-0", "vm-100-disk-0", true, ""}, // the storage part is not checked for an owned claim
+		{"pvc:vm-100-disk-0", "vm-100-disk-0", true, ""},        // the storage part is not checked for an owned claim
 		// import-from on a value that is no new disk is no import.
 		{"local-lvm:vm-100-disk-1,import-from=local-lvm:golden-disk", "vm-100-disk-1", false, ""},
 		{"local-lvm:data-pvc", "", false, "volume 'local-lvm:data-pvc' is not a volume of VM 100"},
