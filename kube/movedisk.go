@@ -69,6 +69,10 @@ func (ts *Tasks) evaluateMoved(t *Task, vm *kubevirtv1.VirtualMachine, now time.
 			return true, "storage migration failed: " + why, nil
 		}
 		return false, "", nil
+	case vm.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusProvisioning:
+		// virt-controller has not seen the copy yet: the VM still shows
+		// lock create, and PVE's qmmove ends with the VM unlocked.
+		return false, "", nil
 	}
 	if t.object == "" {
 		return true, translate.ExitOK, nil
