@@ -12,6 +12,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 const (
@@ -81,6 +83,32 @@ func fromUnstructured(t *testing.T, o *unstructured.Unstructured, into any) {
 // as the wake token's Kubernetes user, with deploy/caddy-wake.yaml's
 // least-privilege Role.
 func TestWakeKubeVirtVMThroughOwnAPI(t *testing.T) {
+	wakeKubeVirtVM(t, nil)
+}
+
+// TestWakeKubeVirtVMStaticCloudInit: the same with a VM as
+// proxmox_api stores one made through it (Terraform, Ansible): named
+// web, its NIC PVE's net0 (matched by its MAC), agent: 1, and cloud-init's ipconfig0 is
+// a static address on the pod network: KubeVirt's masquerade address
+// 10.0.2.2, the guest's address inside its pod, not one Caddy can reach.
+// The guest agent's address for that MAC (the pod IP) is the one
+// proxied to.
+func TestWakeKubeVirtVMStaticCloudInit(t *testing.T) {
+	wakeKubeVirtVM(t, func(vm *kubevirtv1.VirtualMachine) {
+		vm.Annotations = map[string]string{
+			translate.AnnotationName:   "web",
+			translate.AnnotationConfig: `{"agent":"1","ipconfig0":"ip=10.0.2.2/24,gw=10.0.2.1"}`,
+		}
+		spec := &vm.Spec.Template.Spec
+		spec.Domain.Devices.Interfaces[0].Name = "net0"
+		spec.Domain.Devices.Interfaces[0].MacAddress = "02:7a:c3:00:00:01"
+		spec.Networks[0].Name = "net0"
+	})
+}
+
+// wakeKubeVirtVM runs the wake of a kubectl-made VM "web", changed by
+// customize, through ./caddy's own proxmox_api.
+func wakeKubeVirtVM(t *testing.T, customize func(vm *kubevirtv1.VirtualMachine)) {
 	ctx := context.Background()
 	ns := env.Namespace(t, "wake")
 	wakeRBAC(t, ns)
@@ -98,9 +126,11 @@ func TestWakeKubeVirtVMThroughOwnAPI(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	// A VM as kubectl makes it: stopped, on the pod network with the
-	// default masquerade binding, with a guest agent.
+	// A VM as kubectl makes it: stopped, with the memory every instance
+	// needs (virt-api refuses to create one without), on the pod network
+	// with the default masquerade binding, with a guest agent.
 	rs := kubevirtv1.RunStrategyHalted
+	guest := resource.MustParse("128Mi")
 	vm := &kubevirtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: &rs, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
@@ -109,12 +139,18 @@ func TestWakeKubeVirtVMThroughOwnAPI(t *testing.T) {
 				kubevirtsim.AnnotationPodIP: podIP,
 			}},
 			Spec: kubevirtv1.VirtualMachineInstanceSpec{
-				Domain: kubevirtv1.DomainSpec{Devices: kubevirtv1.Devices{Interfaces: []kubevirtv1.Interface{{
-					Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}},
-				}}}},
+				Domain: kubevirtv1.DomainSpec{
+					Memory: &kubevirtv1.Memory{Guest: &guest},
+					Devices: kubevirtv1.Devices{Interfaces: []kubevirtv1.Interface{{
+						Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}},
+					}}},
+				},
 				Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
 			},
 		}},
+	}
+	if customize != nil {
+		customize(vm)
 	}
 	if _, err := env.KubeVirt.KubevirtV1().VirtualMachines(ns).Create(ctx, vm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -66,6 +66,15 @@ type GuestSpec struct {
 	// CloudInit gives a QEMU guest its address statically in ipconfig0
 	// (cloud-init) instead of DHCP.
 	CloudInit bool
+	// CloudInitIP, with CloudInit, is ipconfig0's address when it is not
+	// the one the guest is reached at (IP, which its guest agent reports):
+	// the address inside a NAT, such as KubeVirt's masquerade 10.0.2.2
+	// behind proxmox_api.
+	CloudInitIP string
+	// AgentNotRunning enables the guest agent in a QEMU guest's config
+	// but has it never answer ("QEMU guest agent is not running"), as when
+	// the agent is not installed in the guest.
+	AgentNotRunning bool
 	// Template marks the guest a template: it is never started.
 	Template bool
 	// HA puts the guest under pve-ha-manager: start and stop requests

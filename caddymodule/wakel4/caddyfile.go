@@ -2,10 +2,10 @@ package wakel4
 
 import (
 	"strconv"
-	"strings"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-proxmox/caddy-proxmox/lxc"
 )
 
 // UnmarshalCaddyfile reads the handler inside a layer4 route:
@@ -18,7 +18,7 @@ import (
 //		stop_method shutdown|stop|suspend
 //		stop_timeout <duration>          # 1m, graceful shutdown before forcing
 //		address <host>                   # skip discovery
-//		probe tcp | http [<path>] | none # none (with ready_after) for UDP-only services
+//		probe tcp | udp <hex> | none     # udp: a query the UDP service answers; none: with ready_after
 //		probe_interval <duration>        # 100ms
 //		ready_after <duration>
 //		retry_backoff <duration> [<max>] # 10s 5m
@@ -29,10 +29,14 @@ import (
 //		time_zone <IANA name>            # of keep_warm; local time by default
 //		depends_on <guest>...
 //		leave_external
+//		busy_if <metric> > <value>... [for <window>]  # repeatable
+//		pre_stop_check <url> [<timeout>] # 2xx = may stop
+//		stream_idle_timeout <duration>   # silent connections stop counting
 //	}
 //
-// The options mean what they mean for the HTTP proxmox_wake. A typical
-// route hands the connection on to proxy:
+// The options but max_datagrams are wake.GuestOptions, read by the same
+// parser as the HTTP proxmox_wake's, and mean the same. A typical route
+// hands the connection on to proxy:
 //
 //	layer4 {
 //		:2222 {
@@ -48,10 +52,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	h.Guest = d.Val()
+	if _, _, err := splitGuest(h.Guest); err != nil {
+		return d.Err(err.Error())
+	}
 	if d.NextArg() {
-		if err := h.setPort(d); err != nil {
-			return err
+		p, err := strconv.Atoi(d.Val())
+		if err != nil || p < 1 || p > 65535 {
+			return d.Errf("port: want 1-65535, not '%s'", d.Val())
 		}
+		h.Port = p
 	}
 	if d.NextArg() {
 		return d.ArgErr()
@@ -61,140 +70,51 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
+	if h.Port == 0 {
+		return d.Errf("proxmox_wake %s: port is required: the guest's service port, as the second argument or in the block", h.Guest)
+	}
 	return nil
 }
 
-// durations are the options that take one duration.
-func (h *Handler) durations() map[string]*caddy.Duration {
-	return map[string]*caddy.Duration{
-		"wake_timeout": &h.WakeTimeout, "hold_timeout": &h.HoldTimeout, "stop_timeout": &h.StopTimeout,
-		"probe_interval": &h.ProbeInterval, "ready_after": &h.ReadyAfter, "task_poll_interval": &h.TaskPollInterval,
-	}
-}
-
-// strings are the options that take one word.
-func (h *Handler) words() map[string]*string {
-	return map[string]*string{"stop_method": &h.StopMethod, "address": &h.Address, "time_zone": &h.TimeZone}
+// httpOnly are the HTTP proxmox_wake's options, refused here with the
+// reason.
+var httpOnly = map[string]string{
+	"mode":              "a connection gets no loading page: it is held until the guest is ready (hold_timeout)",
+	"page":              "a connection gets no page: a failed wake closes it and is logged",
+	"events_path":       "there is no loading page, hence no progress stream",
+	"show_details":      "there is no page to show details on: failures go to the log",
+	"use_handle_errors": "layer4 has no handle_errors: a failed wake closes the connection",
+	"ignore":            "a connection carries no request to match: route only what should wake the guest to this handler",
+	"tag":               "a connection names no host to pick a guest by: a layer4 reference is literal",
 }
 
 func (h *Handler) unmarshalOption(d *caddyfile.Dispenser) error {
 	opt := d.Val()
-	if p, ok := h.durations()[opt]; ok {
-		return durationArg(d, p)
-	}
-	if p, ok := h.words()[opt]; ok {
-		return oneArg(d, func(v string) error { *p = v; return nil })
+	if known, err := h.GuestOptions.UnmarshalOption(d, opt); known {
+		if err == nil && opt == "probe" && h.Probe == lxc.ProbeHTTP {
+			return d.Err(errProbeHTTP.Error())
+		}
+		return err
 	}
 	switch opt {
-	case "port":
-		return oneArg(d, func(string) error { return h.setPort(d) })
-	case "idle_timeout":
-		var dur caddy.Duration
-		h.IdleTimeout = &dur
-		return durationArg(d, &dur)
-	case "max_pending", "max_datagrams":
-		return oneArg(d, func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return d.Errf("%s: want a count, not '%s'", opt, v)
-			}
-			if opt == "max_pending" {
-				h.MaxPending = n
-			} else {
-				h.MaxDatagrams = n
-			}
-			return nil
-		})
-	case "retry_backoff":
-		args := d.RemainingArgs()
-		if len(args) < 1 || len(args) > 2 {
+	case "max_datagrams":
+		if !d.NextArg() {
 			return d.ArgErr()
 		}
-		for i, a := range args {
-			dur, err := caddy.ParseDuration(a)
-			if err != nil {
-				return d.Errf("bad duration '%s': %v", a, err)
-			}
-			if i == 0 {
-				h.RetryBackoff = caddy.Duration(dur)
-			} else {
-				h.MaxBackoff = caddy.Duration(dur)
-			}
+		n, err := strconv.Atoi(d.Val())
+		if err != nil || n < 0 {
+			return d.Errf("max_datagrams: want a count, not '%s'", d.Val())
 		}
-		return nil
-	case "probe":
-		args := d.RemainingArgs()
-		if len(args) < 1 || len(args) > 2 {
-			return d.ArgErr()
-		}
-		h.Probe = args[0]
-		if len(args) == 2 {
-			if h.Probe != "http" {
-				return d.Errf("only the http probe takes a path")
-			}
-			h.ProbePath = args[1]
-		}
-		return nil
-	case "keep_warm":
-		args := d.RemainingArgs()
-		if len(args) == 0 {
-			return d.ArgErr()
-		}
-		h.KeepWarm = append(h.KeepWarm, strings.Join(args, " "))
-		return nil
-	case "depends_on":
-		args := d.RemainingArgs()
-		if len(args) == 0 {
-			return d.ArgErr()
-		}
-		h.DependsOn = append(h.DependsOn, args...)
-		return nil
-	case "leave_external":
+		h.MaxDatagrams = n
 		if d.NextArg() {
 			return d.ArgErr()
 		}
-		h.LeaveExternal = true
 		return nil
-	case "mode", "ignore", "events_path", "show_details", "tag", "page":
-		return d.Errf("'%s' is an option of the HTTP proxmox_wake; a layer4 connection has no page, request or host name", opt)
+	}
+	if why, ok := httpOnly[opt]; ok {
+		return d.Errf("'%s' is an option of the HTTP proxmox_wake: %s", opt, why)
 	}
 	return d.Errf("unknown layer4 proxmox_wake option '%s'", opt)
-}
-
-// setPort reads the current token as the service port.
-func (h *Handler) setPort(d *caddyfile.Dispenser) error {
-	p, err := strconv.Atoi(d.Val())
-	if err != nil || p < 1 || p > 65535 {
-		return d.Errf("port: want 1-65535, not '%s'", d.Val())
-	}
-	h.Port = p
-	return nil
-}
-
-// oneArg reads exactly one argument and hands it to set.
-func oneArg(d *caddyfile.Dispenser, set func(string) error) error {
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	if err := set(d.Val()); err != nil {
-		return err
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return nil
-}
-
-// durationArg reads exactly one duration into p.
-func durationArg(d *caddyfile.Dispenser, p *caddy.Duration) error {
-	return oneArg(d, func(v string) error {
-		dur, err := caddy.ParseDuration(v)
-		if err != nil {
-			return d.Errf("bad duration '%s': %v", v, err)
-		}
-		*p = caddy.Duration(dur)
-		return nil
-	})
 }
 
 // Interface guard.

@@ -44,57 +44,15 @@ func init() {
 type Handler struct {
 	// Guest is "<cluster>/<vmid>" or "<cluster>/<name>" (no placeholders).
 	Guest string `json:"guest"`
-	// Port is the guest's service port, probed and proxied to (required).
-	Port int `json:"port"`
-	// IdleTimeout before an idle guest is stopped (15m); 0 never stops.
-	IdleTimeout *caddy.Duration `json:"idle_timeout,omitempty"`
-	// WakeTimeout bounds a wake from start to ready (2m).
-	WakeTimeout caddy.Duration `json:"wake_timeout,omitempty"`
-	// HoldTimeout bounds how long one connection is held (the whole
-	// wake: wake_timeout).
-	HoldTimeout caddy.Duration `json:"hold_timeout,omitempty"`
-	// StopMethod is shutdown (graceful, forced after stop_timeout), stop
-	// or suspend.
-	StopMethod string `json:"stop_method,omitempty"`
-	// StopTimeout is the graceful shutdown time before forcing (1m).
-	StopTimeout caddy.Duration `json:"stop_timeout,omitempty"`
-	// Address is the guest's host when it cannot be discovered
-	// (discovery: LXC config MAC matched on /interfaces, QEMU guest agent).
-	Address string `json:"address,omitempty"`
-	// Probe is tcp (default: Port accepts a connection), http or none
-	// (ready once running; the choice for a UDP-only service, with
-	// ready_after).
-	Probe string `json:"probe,omitempty"`
-	// ProbePath is the path of the http probe, which expects a 2xx or 3xx.
-	ProbePath string `json:"probe_path,omitempty"`
-	// ProbeInterval is the period of readiness probes (100ms).
-	ProbeInterval caddy.Duration `json:"probe_interval,omitempty"`
-	// ReadyAfter is a settle delay after the probe first passes.
-	ReadyAfter caddy.Duration `json:"ready_after,omitempty"`
-	// RetryBackoff is the wait after a failed wake (10s, doubling up to
-	// MaxBackoff); meanwhile connections are closed at once.
-	RetryBackoff caddy.Duration `json:"retry_backoff,omitempty"`
-	// MaxBackoff caps the doubled RetryBackoff (5m).
-	MaxBackoff caddy.Duration `json:"max_backoff,omitempty"`
-	// TaskPollInterval is the period of task and status checks (200ms).
-	TaskPollInterval caddy.Duration `json:"task_poll_interval,omitempty"`
-	// MaxPending caps held connections for this guest; beyond it they
-	// are closed (0: no cap).
-	MaxPending int `json:"max_pending,omitempty"`
+	// GuestOptions are how the guest is woken, checked and put to sleep,
+	// as for the HTTP proxmox_wake; port is required. The tcp probe (the
+	// default), udp (a UDP service that answers a query) or none serve
+	// here: an http probe belongs to the HTTP handler. stream_idle_timeout bounds how long a silent connection
+	// counts as activity.
+	wake.GuestOptions
 	// MaxDatagrams caps the datagrams held per UDP flow while the guest
 	// wakes (16); later ones are dropped.
 	MaxDatagrams int `json:"max_datagrams,omitempty"`
-	// KeepWarm windows ("Mon-Fri 08:00-18:00") keep the guest from
-	// idling out, and start it when they open.
-	KeepWarm []string `json:"keep_warm,omitempty"`
-	// TimeZone is the IANA time zone of the keep_warm windows; the
-	// process's local time by default.
-	TimeZone string `json:"time_zone,omitempty"`
-	// DependsOn are guests of the same cluster woken first (in parallel)
-	// and kept up while this one is.
-	DependsOn []string `json:"depends_on,omitempty"`
-	// LeaveExternal never stops a guest someone else started.
-	LeaveExternal bool `json:"leave_external,omitempty"`
 
 	binding *lxc.Binding
 	guest   *lxc.Guest
@@ -122,18 +80,6 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// config is the guest config, made as the HTTP handler makes its own.
-func (h *Handler) config() (lxc.GuestConfig, error) {
-	w := wake.WakeHandler{
-		Guest: h.Guest, IdleTimeout: h.IdleTimeout, WakeTimeout: h.WakeTimeout,
-		StopMethod: h.StopMethod, StopTimeout: h.StopTimeout, Address: h.Address, Port: h.Port,
-		Probe: h.Probe, ProbePath: h.ProbePath, ProbeInterval: h.ProbeInterval, ReadyAfter: h.ReadyAfter,
-		RetryBackoff: h.RetryBackoff, MaxBackoff: h.MaxBackoff, TaskPollInterval: h.TaskPollInterval,
-		KeepWarm: h.KeepWarm, TimeZone: h.TimeZone, DependsOn: h.DependsOn, LeaveExternal: h.LeaveExternal,
-	}
-	return w.GuestConfig()
-}
-
 // Provision binds the handler to its guest's shared runtime. It contacts
 // nothing and never starts or stops the guest.
 func (h *Handler) Provision(ctx caddy.Context) error {
@@ -141,7 +87,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.Validate(); err != nil {
 		return err
 	}
-	cfg, _ := h.config()
+	cfg, _ := h.GuestConfig()
 	h.hold = time.Duration(h.HoldTimeout)
 	if h.hold == 0 || h.hold > cfg.WakeTimeout {
 		// A wake ends by wake_timeout; the margin lets a held connection
@@ -179,14 +125,21 @@ func (h *Handler) Validate() error {
 	if h.Port < 1 || h.Port > 65535 {
 		return fmt.Errorf("layer4 proxmox_wake %s: port %d: want the guest's service port (1-65535)", h.Guest, h.Port)
 	}
-	if h.MaxPending < 0 || h.HoldTimeout < 0 || h.MaxDatagrams < 0 {
-		return errors.New("layer4 proxmox_wake: max_pending, hold_timeout and max_datagrams must not be negative")
+	if h.MaxDatagrams < 0 {
+		return errors.New("layer4 proxmox_wake: max_datagrams must not be negative")
 	}
-	if _, err := h.config(); err != nil {
+	if h.Probe == lxc.ProbeHTTP {
+		return fmt.Errorf("layer4 proxmox_wake %s: %s", h.Guest, errProbeHTTP)
+	}
+	if _, err := h.GuestConfig(); err != nil {
 		return fmt.Errorf("layer4 proxmox_wake %s: %w", h.Guest, err)
 	}
 	return nil
 }
+
+// errProbeHTTP refuses the http probe: the port is a TCP or UDP service,
+// not necessarily one that speaks HTTP in clear.
+var errProbeHTTP = errors.New("probe http is for the HTTP proxmox_wake: probe a layer4 service with tcp, udp <datagram>, or none with ready_after")
 
 // splitGuest splits "<cluster>/<vmid|name>". Placeholders are refused: a
 // connection has no host name or path to pick a guest by, and a guest
@@ -219,9 +172,9 @@ func (h *Handler) Cleanup() error {
 // passes it on.
 func (h *Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 	g := h.guest
-	end := g.Begin(true)
-	defer end()
 	udp := isDatagram(cx)
+	cx, end := h.begin(cx, udp)
+	defer end()
 	if up, ok := g.Upstream(h.Port); ok {
 		setUpstream(cx, up, udp, false)
 		return next.Handle(cx)
@@ -266,6 +219,18 @@ func (h *Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 		cx = cx.Wrap(&replayConn{Conn: cx.Conn, queue: queued})
 	}
 	return next.Handle(cx)
+}
+
+// begin counts the connection as activity until end is called. With
+// stream_idle_timeout a TCP connection's bytes are watched, so that once
+// silent for that long it no longer keeps the guest up. A UDP flow needs
+// no watching: caddy-l4 ends it after its own idle_timeout of silence.
+func (h *Handler) begin(cx *layer4.Connection, udp bool) (*layer4.Connection, func()) {
+	if h.StreamIdleTimeout <= 0 || udp {
+		return cx, h.guest.Begin(true)
+	}
+	s, end := h.guest.BeginStream()
+	return cx.Wrap(wake.WatchConn(cx.Conn, s)), end
 }
 
 // errHoldTimeout ends a hold that outlasted hold_timeout.

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -13,8 +15,8 @@ import (
 	// caddy-l4's proxy, which the handler hands connections to.
 	_ "github.com/mholt/caddy-l4/modules/l4proxy"
 
-	// The proxmox app.
-	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule/wake"
+	// The proxmox app, and the options shared with its HTTP handler.
+	"github.com/caddy-proxmox/caddy-proxmox/caddymodule/wake"
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 	"github.com/caddy-proxmox/caddy-proxmox/lxc"
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
@@ -169,6 +171,88 @@ func TestTCPHeldUntilReadyAndCountedWhileOpen(t *testing.T) {
 	}
 }
 
+// stream_idle_timeout, shared with the HTTP handler: a TCP connection
+// that carries bytes keeps the guest up; once every open connection has
+// been silent for that long, the guest idles out idle_timeout after the
+// last byte, with the connections still open (a database pool, a
+// forgotten SSH session).
+func TestTCPStreamIdleTimeout(t *testing.T) {
+	e := newL4Env(t, pvesim.GuestSpec{})
+	e.start("stream_idle_timeout 300ms")
+	dial := func() (net.Conn, *bufio.Reader) {
+		conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(e.listenTC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		return conn, bufio.NewReader(conn)
+	}
+	ping := func(conn net.Conn, r *bufio.Reader, msg string) {
+		t.Helper()
+		fmt.Fprint(conn, msg)
+		if line, err := r.ReadString('\n'); err != nil || line != msg {
+			t.Fatalf("echo %q: %q %v (guest %s)", msg, line, err, e.sim.Status(100))
+		}
+	}
+	silent, sr := dial()
+	ping(silent, sr, "wake\n")
+	active, ar := dial()
+	// 16 round trips over 1.6s: five stream_idle_timeouts, four
+	// idle_timeouts.
+	var last time.Time
+	for i := 0; i < 16; i++ {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		ping(active, ar, fmt.Sprintf("ping %d\n", i))
+		last = time.Now()
+	}
+	if n := e.sim.ActionCalls(100, "shutdown"); n != 0 {
+		t.Fatalf("guest stopped (%d) while a connection carried traffic", n)
+	}
+	if in := e.guest().Info(); in.Inflight != 2 || in.Streams != 2 {
+		t.Fatalf("open connections not counted: inflight %d streams %d", in.Inflight, in.Streams)
+	}
+	waitFor(t, 10*time.Second, "the stop with two silent connections open", func() bool { return e.sim.Status(100) == "stopped" })
+	if took := time.Since(last); took < 400*time.Millisecond {
+		t.Fatalf("stopped %s after the last byte, before idle_timeout", took)
+	}
+}
+
+// The activity options the proxy cannot see work for layer4 too: an idle
+// stop waits while pre_stop_check says the guest is busy (a game with
+// players on another port), and goes ahead once it answers 2xx.
+func TestPreStopCheckThroughLayer4(t *testing.T) {
+	var idle atomic.Bool
+	var asked atomic.Int32
+	check := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		if !idle.Load() {
+			w.WriteHeader(http.StatusConflict)
+		}
+	}))
+	defer check.Close()
+	e := newL4Env(t, pvesim.GuestSpec{})
+	e.start("pre_stop_check " + check.URL + "/idle?vmid={guest.vmid}")
+	conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(e.listenTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(conn, "x\n")
+	if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	waitFor(t, 10*time.Second, "three busy answers", func() bool { return asked.Load() >= 3 })
+	if st := e.sim.Status(100); st != "running" || e.sim.ActionCalls(100, "shutdown") != 0 {
+		t.Fatalf("guest %s after the check said busy", st)
+	}
+	idle.Store(true)
+	waitFor(t, 10*time.Second, "the stop once the check says idle", func() bool { return e.sim.Status(100) == "stopped" })
+}
+
 // A ready guest's connections pass at once, without a wake.
 func TestTCPReadyGuestPassesAtOnce(t *testing.T) {
 	e := newL4Env(t, pvesim.GuestSpec{Running: true})
@@ -249,20 +333,80 @@ func TestUDPFlowWakesAndDeliversHeldDatagrams(t *testing.T) {
 	}
 }
 
+// The udp probe: a game server that takes a while to load its world
+// after the guest runs is ready once it answers a query, so the first
+// datagram of a flow reaches it and is answered. (With probe none, the
+// guest would count as ready on running, and that datagram would meet a
+// closed port.)
+func TestUDPProbeWaitsForTheService(t *testing.T) {
+	e := newL4Env(t, pvesim.GuestSpec{BootDelay: 600 * time.Millisecond})
+	testcaddy.Start(t, fmt.Sprintf(`{
+	admin off
+	storage file_system %s
+	proxmox {
+		cluster %s {
+			url %s
+			token_id %s
+			token_secret %s
+			poll_interval 100ms
+		}
+	}
+	layer4 {
+		udp/127.0.0.1:%d {
+			route {
+				proxmox_wake %s/100 %d {
+					probe udp %x
+					probe_interval 50ms
+					task_poll_interval 20ms
+					wake_timeout 10s
+				}
+				proxy {l4.proxmox.upstream}
+			}
+		}
+	}
+}
+`, t.TempDir(), e.cluster, e.apiURL, e.sim.TokenID(), e.sim.TokenSecret(), e.listenUD, e.cluster, e.udpPort, "status?"))
+	conn, err := net.Dial("udp", "127.0.0.1:"+strconv.Itoa(e.listenUD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	began := time.Now()
+	fmt.Fprint(conn, "first")
+	_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	if err != nil || string(buf[:n]) != "first" {
+		t.Fatalf("the first datagram: %q %v (guest %s)", buf[:n], err, e.sim.Status(100))
+	}
+	if took := time.Since(began); took < 600*time.Millisecond {
+		t.Fatalf("answered after %v, before the service could listen", took)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		h    Handler
 		want string
 	}{
 		{Handler{Guest: "lab/100"}, "port 0"},
-		{Handler{Guest: "lab/100", Port: 70000}, "port 70000"},
-		{Handler{Guest: "100", Port: 22}, "must be <cluster>/<vmid>"},
-		{Handler{Guest: "lab/{l4.tls.server_name}", Port: 22}, "placeholders are for the HTTP proxmox_wake only"},
-		{Handler{Guest: "lab/100", Port: 22, StopMethod: "pause"}, "stop_method"},
-		{Handler{Guest: "lab/100", Port: 22, MaxDatagrams: -1}, "must not be negative"},
-		{Handler{Guest: "lab/100", Port: 22, KeepWarm: []string{"25:00-26:00"}}, "keep_warm"},
-		{Handler{Guest: "lab/100", Port: 22, TimeZone: "Mars/Olympus"}, "time_zone"},
-		{Handler{Guest: "lab/web", Port: 22, Probe: "none"}, ""},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 70000}}, "port 70000"},
+		{Handler{Guest: "100", GuestOptions: wake.GuestOptions{Port: 22}}, "must be <cluster>/<vmid>"},
+		{Handler{Guest: "lab/{l4.tls.server_name}", GuestOptions: wake.GuestOptions{Port: 22}}, "placeholders are for the HTTP proxmox_wake only"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, StopMethod: "pause"}}, "stop_method"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22}, MaxDatagrams: -1}, "must not be negative"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, MaxPending: -1}}, "must not be negative"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, KeepWarm: []string{"25:00-26:00"}}}, "keep_warm"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, TimeZone: "Mars/Olympus"}}, "time_zone"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, Probe: "http"}}, "probe http is for the HTTP proxmox_wake"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, PreStopCheck: "ftp://x/"}}, "pre_stop_check"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, BusyIf: []*wake.BusyIf{{}}}}, "busy_if"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 22, StreamIdleTimeout: -1}}, "stream_idle_timeout"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 27015, Probe: "udp"}}, "probe udp needs the datagram"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 27015, Probe: "udp", ProbeSend: "xyz"}}, "probe_send: want the datagram in hex"},
+		{Handler{Guest: "lab/100", GuestOptions: wake.GuestOptions{Port: 27015, Probe: "tcp", ProbeSend: "00"}}, "probe_send is the udp probe's datagram"},
+		{Handler{Guest: "lab/web", GuestOptions: wake.GuestOptions{Port: 22, Probe: "none"}}, ""},
+		{Handler{Guest: "lab/web", GuestOptions: wake.GuestOptions{Port: 27015, Probe: "udp", ProbeSend: "ff00"}}, ""},
 	} {
 		err := tc.h.Validate()
 		if tc.want == "" {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,34 @@ import (
 // Caddy's caddytest/integration/caddyfile_adapt.
 const adaptSeparator = "----------"
 
+// adaptCase is one *.caddyfiletest: a Caddyfile and what it must adapt
+// to (JSON) or the text its error must contain.
+type adaptCase struct {
+	name, caddyfile, expected string
+}
+
+// adapts tells a case that must adapt from one that must fail.
+func (c adaptCase) adapts() bool { return strings.HasPrefix(c.expected, "{") }
+
+// readCases reads the *.caddyfiletest files of dir.
+func readCases(t *testing.T, dir string) []adaptCase {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.caddyfiletest"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no *.caddyfiletest in %s (%v)", dir, err)
+	}
+	var cases []adaptCase
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caddyfile, expected, _ := strings.Cut(string(data), adaptSeparator)
+		cases = append(cases, adaptCase{filepath.Base(file), strings.TrimSpace(caddyfile) + "\n", strings.TrimSpace(expected)})
+	}
+	return cases
+}
+
 // AdaptCases runs every *.caddyfiletest in dir, in the manner of Caddy's
 // own adapt tests: a Caddyfile, a line of ten dashes, then the JSON it
 // must adapt to (compared line by line, tab-indented) or, for bad input,
@@ -29,19 +58,9 @@ const adaptSeparator = "----------"
 // the Caddyfiles of the cases that adapt.
 func AdaptCases(t *testing.T, dir string) (adapted []string) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.caddyfiletest"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no *.caddyfiletest in %s (%v)", dir, err)
-	}
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		caddyfile, expected, _ := strings.Cut(string(data), adaptSeparator)
-		caddyfile, expected = strings.TrimSpace(caddyfile)+"\n", strings.TrimSpace(expected)
-		name := filepath.Base(file)
-		if strings.HasPrefix(expected, "{") {
+	for _, c := range readCases(t, dir) {
+		caddyfile, expected, name := c.caddyfile, c.expected, c.name
+		if c.adapts() {
 			adapted = append(adapted, caddyfile)
 		}
 		t.Run(name, func(t *testing.T) {
@@ -66,11 +85,36 @@ func AdaptCases(t *testing.T, dir string) (adapted []string) {
 	return adapted
 }
 
+// AssertEveryKeywordRefused fails for each keyword that no bad-input case
+// of dir uses as the first word of a line with an expected error naming
+// it ('keyword'): options a parser refuses need a golden case too, which
+// pins the reason given.
+func AssertEveryKeywordRefused(t *testing.T, dir string, keywords []string) {
+	t.Helper()
+	cases := readCases(t, dir)
+	for _, k := range keywords {
+		line := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(k) + `(\s|$)`)
+		if !slices.ContainsFunc(cases, func(c adaptCase) bool {
+			return !c.adapts() && line.MatchString(c.caddyfile) && strings.Contains(c.expected, "'"+k+"'")
+		}) {
+			t.Errorf("no golden bad-input case refuses %q", k)
+		}
+	}
+}
+
 // CaddyfileKeywords are the option names the Caddyfile parsers of the
 // package in dir accept: in its functions that take a caddyfile.Dispenser
 // (or an httpcaddyfile.Helper), the string cases of switches and the
 // strings compared with a token's value (d.Val() == "share").
 func CaddyfileKeywords(t *testing.T, dir string) []string {
+	t.Helper()
+	return CaddyfileKeywordsOf(t, dir)
+}
+
+// CaddyfileKeywordsOf is CaddyfileKeywords for the named functions only
+// ("Recv.Method" or "Func"; all of them when none is named): the options
+// of a parser one package shares with another.
+func CaddyfileKeywordsOf(t *testing.T, dir string, funcs ...string) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
@@ -105,7 +149,7 @@ func CaddyfileKeywords(t *testing.T, dir string) []string {
 		}
 		for _, decl := range src.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
-			if !ok || fn.Body == nil || !readsCaddyfile(fn) {
+			if !ok || fn.Body == nil || !readsCaddyfile(fn) || (len(funcs) > 0 && !slices.Contains(funcs, funcName(fn))) {
 				continue
 			}
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
@@ -125,6 +169,21 @@ func CaddyfileKeywords(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// funcName is "Recv.Method" for a method, else the function's name.
+func funcName(fn *ast.FuncDecl) string {
+	if fn.Recv == nil || len(fn.Recv.List) == 0 {
+		return fn.Name.Name
+	}
+	typ := fn.Recv.List[0].Type
+	if star, ok := typ.(*ast.StarExpr); ok {
+		typ = star.X
+	}
+	if id, ok := typ.(*ast.Ident); ok {
+		return id.Name + "." + fn.Name.Name
+	}
+	return fn.Name.Name
 }
 
 // readsCaddyfile tells whether fn takes Caddyfile tokens.
