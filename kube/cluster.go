@@ -59,6 +59,9 @@ type Options struct {
 	// Connect builds it from the kubeconfig; callers' clients are built
 	// from the rest config (see as).
 	CDI cdiclient.Interface
+	// UploadProxy is where uploads go (CDI's cdi-uploadproxy); nil: found
+	// in the cluster when first needed (see Cluster.uploadProxy).
+	UploadProxy *UploadProxyConfig
 }
 
 // Cluster is a cached, read-mostly view of a KubeVirt cluster.
@@ -100,6 +103,7 @@ type Cluster struct {
 	health    *health
 	idClients identityClients
 	dialer    atomic.Pointer[consoleDialer] // consoles without a rest config
+	upload    uploadProxy
 	access    accessCache
 	cancel    context.CancelFunc
 	life      context.Context // done once Stop is called
@@ -251,7 +255,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcISOIndex: pvcISOIndexFunc}, stripStorage, c.Tasks.touchBy(c.claimKeys))
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc}, stripStorage, c.Tasks.touchBy(c.claimKeys))
 	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
 	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
 		c.optional = append(c.optional, c.migrations)

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -52,6 +53,8 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 	go forgetActions(simCtx, kc, kv, cdi)
 	opts.AssumeKubeVirtAPIs = true
 	opts.CDI = cdi
+	// The simulated cdi-uploadproxy answers in process.
+	opts.UploadProxy = &UploadProxyConfig{URL: "https://cdi-uploadproxy.cdi.svc", Client: &http.Client{Transport: cdi.(*kubevirtsim.FakeCDIClientset).UploadProxy().Transport()}}
 	opts.Metrics = simulatedMetrics(kubevirtsim.NewMetrics(kc, kv))
 	if opts.MetricsInterval == 0 {
 		opts.MetricsInterval = 5 * time.Second

@@ -636,6 +636,10 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 				return true, translate.ExitOK, nil
 			}
 		}
+	case GoalMoved:
+		if done, exit, lines := ts.evaluateMoved(t, vm, now); done {
+			return done, exit, lines
+		}
 	case GoalSnapshotReady:
 		exists, ready, failure := ts.c.snapshotState(t.namespace, t.object)
 		switch {
@@ -672,8 +676,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			}
 		case dv.Status.Phase == cdiv1.Succeeded:
 			var lines []string
-			if dv.Spec.Source != nil && dv.Spec.Source.HTTP != nil {
-				lines = append(lines, fmt.Sprintf("download of '%s' to '%s' finished", dv.Spec.Source.HTTP.URL, ClaimPath(t.namespace, t.name)))
+			switch src := dv.Spec.Source; {
+			case src != nil && src.HTTP != nil:
+				lines = append(lines, fmt.Sprintf("download of '%s' to '%s' finished", src.HTTP.URL, ClaimPath(t.namespace, t.name)))
+			case src != nil && src.Upload != nil:
+				lines = append(lines, "finished file import successfully")
 			}
 			return true, translate.ExitOK, lines
 		default:
@@ -689,7 +696,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			}
 			return true, translate.ExitOK, lines
 		}
-	case GoalSession:
+	case GoalSession, GoalWorker:
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
 		if _, complete := ts.c.restoreState(t.namespace, t.object); complete {
@@ -729,8 +736,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	// A deadline that passed during an outage is extended briefly: the controllers catch up only once the cluster
 	// answers again, and the task should tell what really happened.
 	if now.After(t.deadline) && now.Sub(ts.c.health.recovered()) > outageGrace {
-		if t.goal == GoalSession {
+		switch t.goal {
+		case GoalSession:
 			return true, sessionTimeoutExit(t), nil
+		case GoalWorker:
+			return true, ExitWorkerLost, nil
 		}
 		switch t.goal {
 		case GoalImported:

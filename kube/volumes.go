@@ -27,27 +27,10 @@ func pvcStorageIndexFunc(obj any) ([]string, error) {
 	return []string{*pvc.Spec.StorageClassName}, nil
 }
 
-// pvcISOIndex finds the few claims holding ISO images among the thousands
-// of disks of a StorageClass, which every storage row would else walk.
-const pvcISOIndex = "iso-storageclass"
-
-func pvcISOIndexFunc(obj any) ([]string, error) {
-	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); !ok || pvc.Annotations[translate.AnnotationISOFile] == "" {
-		return nil, nil
-	}
-	return pvcStorageIndexFunc(obj)
-}
-
 // ClaimsOf lists the cached claims of a StorageClass (a PVE storage), by
 // namespace and name.
 func (c *Cluster) ClaimsOf(storageClass string) []*corev1.PersistentVolumeClaim {
 	return sortedClaims(c.pvcs.byIndex(pvcStorageIndex, storageClass))
-}
-
-// ISOClaimsOf lists the cached claims of a StorageClass that hold an ISO
-// image (translate.AnnotationISOFile), by namespace and name.
-func (c *Cluster) ISOClaimsOf(storageClass string) []*corev1.PersistentVolumeClaim {
-	return sortedClaims(c.pvcs.byIndex(pvcISOIndex, storageClass))
 }
 
 func sortedClaims(objs []any) []*corev1.PersistentVolumeClaim {
@@ -230,4 +213,9 @@ func (c *Cluster) claimKeys(obj any) []string {
 		}
 	}
 	return out
+}
+
+// StorageClass returns a cached StorageClass, or nil.
+func (c *Cluster) StorageClass(name string) *storagev1.StorageClass {
+	return cached[storagev1.StorageClass](c.storageClasses, "", name)
 }

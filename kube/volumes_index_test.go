@@ -10,30 +10,6 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
-func TestPVCISOIndex(t *testing.T) {
-	class := "local-lvm"
-	claim := func(class *string, ann map[string]string) *corev1.PersistentVolumeClaim {
-		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: ann}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: class}}
-	}
-	iso := map[string]string{translate.AnnotationISOFile: "debian.iso"}
-	for _, c := range []struct {
-		name string
-		obj  any
-		want []string
-	}{
-		{"an ISO image's claim", claim(&class, iso), []string{class}},
-		{"a disk", claim(&class, map[string]string{"cdi.kubevirt.io/storage.contentType": "kubevirt"}), nil},
-		{"an empty ISO annotation", claim(&class, map[string]string{translate.AnnotationISOFile: ""}), nil},
-		{"no class", claim(nil, iso), nil},
-		{"not a claim", &corev1.ConfigMap{}, nil},
-	} {
-		got, err := pvcISOIndexFunc(c.obj)
-		if err != nil || !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
-		}
-	}
-}
-
 func TestStripStorageKeepsOwnKeys(t *testing.T) {
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
 		Labels: map[string]string{"app": "containerized-data-importer", translate.LabelVMID: "100"},

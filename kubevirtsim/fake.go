@@ -84,7 +84,12 @@ func NewFakeClients(objects ...runtime.Object) (kubernetes.Interface, kubevirt.I
 // (DataVolumes, DataSources etc. have a status subresource).
 type FakeCDIClientset struct {
 	*cdifake.Clientset
+	uploads *UploadProxy
 }
+
+// UploadProxy is the simulated cdi-uploadproxy whose tokens the clientset's
+// UploadTokenRequests issue.
+func (c *FakeCDIClientset) UploadProxy() *UploadProxy { return c.uploads }
 
 // IsWatchListSemanticsUnSupported: see FakeKubeVirtClientset.
 func (*FakeCDIClientset) IsWatchListSemanticsUnSupported() bool { return true }
@@ -141,7 +146,10 @@ func NewFakeClientsWithCDI(objects ...runtime.Object) (kubernetes.Interface, kub
 		}
 	}
 	cdiAPI.install(&cdi.Fake)
-	return k8s, &FakeKubeVirtClientset{outer}, &FakeCDIClientset{cdi}
+	// UploadTokenRequests are answered by cdi-apiserver, never stored.
+	uploads := NewUploadProxy(k8s)
+	cdi.PrependReactor("create", "uploadtokenrequests", uploads.tokenReactor)
+	return k8s, &FakeKubeVirtClientset{outer}, &FakeCDIClientset{cdi, uploads}
 }
 
 func isCDIObject(obj runtime.Object) bool {

@@ -252,12 +252,12 @@ func cloneDiskKeys(cfg, renamed map[string]string, req CloneRequest) {
 			}
 			if m := ciVolRE.FindStringSubmatch(d.file); m != nil {
 				d.file = m[1] + ":" + CloudInitSecretName(req.NewID)
-			} else if st, name, ok := strings.Cut(d.file, ":"); ok && renamed[name] != "" {
+			} else if st, name, ok := strings.Cut(d.file, ":"); ok && renamed[ClaimOfVolume(name)] != "" {
 				if req.Storage != "" {
 					st = req.Storage
 				}
-				d.file = st + ":" + renamed[name]
-			} else if ownVolRE.MatchString(d.file) {
+				d.file = st + ":" + renamed[ClaimOfVolume(name)]
+			} else if st, name, _ := strings.Cut(d.file, ":"); ownVolRE.MatchString(st + ":" + ClaimOfVolume(name)) {
 				delete(cfg, k)
 				continue
 			}

@@ -163,7 +163,9 @@ func applyMachine(d *kubevirtv1.DomainSpec, cfg map[string]string) {
 // applyFirmware maps bios and efidisk0 onto the bootloader. bios=ovmf is
 // EFI; efidisk0, which keeps the EFI variables on PVE, becomes KubeVirt's
 // persistent EFI state, and its pre-enrolled-keys=1 is Secure Boot (which
-// needs SMM). An EFI disk without OVMF is refused, as it could not boot.
+// needs SMM). With SeaBIOS PVE keeps an EFI disk unused (qemu-server
+// reads it only for OVMF): the config keeps it, the VM boots BIOS, and it
+// takes effect when bios becomes ovmf.
 func applyFirmware(d *kubevirtv1.DomainSpec, vmid int, cfg, errs map[string]string) {
 	if b := cfg["bios"]; b != "" && b != "seabios" && b != "ovmf" {
 		errs["bios"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'seabios, ovmf'", b)
@@ -174,8 +176,12 @@ func applyFirmware(d *kubevirtv1.DomainSpec, vmid int, cfg, errs map[string]stri
 	d.Features = nil
 	if cfg["bios"] != "ovmf" {
 		d.Firmware.Bootloader = nil
-		if _, ok := cfg["efidisk0"]; ok {
-			errs["efidisk0"] = "an EFI disk needs bios=ovmf"
+		if v, ok := cfg["efidisk0"]; ok {
+			if shown, _, err := efiDisk(v, vmid); err != nil {
+				errs["efidisk0"] = err.Error()
+			} else {
+				cfg["efidisk0"] = shown
+			}
 		}
 		return
 	}

@@ -232,8 +232,12 @@ func TestApplyFirmware(t *testing.T) {
 		{"bad EFI disk", map[string]string{"bios": "ovmf", "efidisk0": "local-lvm:1,pre-enrolled-keys=2"},
 			map[string]string{"bios": "ovmf", "efidisk0": "local-lvm:1,pre-enrolled-keys=2"},
 			map[string]string{"efidisk0": "invalid format - pre-enrolled-keys: type check ('boolean') failed - got '2'"}, true, false, false},
-		{"EFI disk without ovmf", map[string]string{"efidisk0": "local-lvm:1"}, map[string]string{"efidisk0": "local-lvm:1"},
-			map[string]string{"efidisk0": "an EFI disk needs bios=ovmf"}, false, false, false},
+		// PVE keeps an EFI disk of a SeaBIOS VM unused.
+		{"EFI disk without ovmf", map[string]string{"efidisk0": "local-lvm:1,efitype=4m"}, map[string]string{"efidisk0": "local-lvm:vm-100-efidisk,efitype=4m,size=4M"},
+			map[string]string{}, false, false, false},
+		{"bad EFI disk without ovmf", map[string]string{"bios": "seabios", "efidisk0": "local-lvm:1,pre-enrolled-keys=x"},
+			map[string]string{"bios": "seabios", "efidisk0": "local-lvm:1,pre-enrolled-keys=x"},
+			map[string]string{"efidisk0": "invalid format - pre-enrolled-keys: type check ('boolean') failed - got 'x'"}, false, false, false},
 		{"unknown bios", map[string]string{"bios": "uefi"}, map[string]string{"bios": "uefi"},
 			map[string]string{"bios": "value 'uefi' does not have a value in the enumeration 'seabios, ovmf'"}, false, false, false},
 	}

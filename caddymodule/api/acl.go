@@ -610,12 +610,19 @@ func downloadNeeds(h *APIHandler, q *request) []check {
 	return append(networkChecks(h, q), st)
 }
 
+// uploadNeeds: Datastore.AllocateTemplate on the storage, in the namespace
+// uploads go to, as PVE's upload asks (no network right: the plugin
+// fetches nothing).
+func uploadNeeds(h *APIHandler, q *request) []check {
+	return []check{{path: "/storage/" + q.r.PathValue("storage"), ns: h.defaultNamespace(), privs: []string{"Datastore.AllocateTemplate"}}}
+}
+
 // volumeDeleteNeeds: Datastore.Allocate on the storage, in the namespace
 // of the claim deleted.
 func volumeDeleteNeeds(h *APIHandler, q *request) []check {
 	ns := h.defaultNamespace()
-	if _, file, e := isoVolume(q); e == nil {
-		if pvc, e := h.isoClaim(q, q.r.PathValue("storage"), file); e == nil {
+	if _, content, file, e := h.fileVolumeOf(q); e == nil {
+		if pvc, e := h.fileClaim(q, content, file); e == nil {
 			ns = pvc.Namespace
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 // visibleStorage lists the storages the caller may audit or allocate on.
 func (h *APIHandler) visibleStorage(q *request) []storageRow {
-	return h.storageRowsWhere(func(s string) bool {
+	return h.storageRowsWhere(q, func(s string) bool {
 		return h.sees(q, "/storage/"+s, "", "", "Datastore.Audit") || h.sees(q, "/storage/"+s, "", "", "Datastore.AllocateSpace")
 	})
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -15,16 +14,6 @@ func (h *APIHandler) getClusterIndex(q *request) (any, *apiError) {
 
 func (h *APIHandler) getHAIndex(q *request) (any, *apiError) {
 	return subdirs("groups", "resources", "status"), nil
-}
-
-// getHAResource: no VM is HA-managed. Telmate's update path needs exactly
-// this error ("no such resource ...") to go on.
-func (h *APIHandler) getHAResource(q *request) (any, *apiError) {
-	sid := q.r.PathValue("sid")
-	if !strings.Contains(sid, ":") {
-		sid = "vm:" + sid
-	}
-	return nil, newError(http.StatusInternalServerError, "no such resource '%s'", sid)
 }
 
 // getClusterResources lists VMs, nodes and storage. type is PVE's enum

@@ -207,7 +207,7 @@ func (h *APIHandler) poolWithMembers(q *request, id, typ string) (map[string]any
 		}
 	}
 	if nodes := h.nodes(); len(p.storage) > 0 && len(nodes) > 0 && (typ == "" || typ == "storage") {
-		for _, s := range h.storageRowsWhere(func(s string) bool { return slices.Contains(p.storage, s) }) {
+		for _, s := range h.storageRowsWhere(q, func(s string) bool { return slices.Contains(p.storage, s) }) {
 			members = append(members, storageResource(nodes[0].Name, s))
 		}
 	}
@@ -534,7 +534,7 @@ func (h *APIHandler) deletePool(q *request) (any, *apiError) {
 			return nil, newError(http.StatusInternalServerError, deletePoolFailed+"pool '%s' is not empty (contains VM %d)", id, g.VMID)
 		}
 	}
-	for _, s := range h.storageRowsWhere(func(s string) bool { return slices.Contains(pool.storage, s) }) {
+	for _, s := range h.storageRowsWhere(q, func(s string) bool { return slices.Contains(pool.storage, s) }) {
 		return nil, newError(http.StatusInternalServerError, deletePoolFailed+"pool '%s' is not empty (contains storage '%s')", id, s.Storage)
 	}
 	if pool.namespace {

@@ -231,6 +231,9 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 	action := q.r.PathValue("action")
 	c := q.c
 	vmid := g.VMID
+	if res, handled, e := h.haPower(q, g, action); handled {
+		return res, e
+	}
 	switch action {
 	case "start":
 		to, e := taskTimeout(q, 5*time.Minute)

@@ -30,9 +30,16 @@ func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[st
 		VMID: vmid, Node: node, Namespace: ns, Config: cfg,
 		NameTaken:     func(name string) bool { return q.c.VMNameTaken(ns, name) },
 		StorageExists: q.c.StorageClassExists,
+		FileStorage:   func(s string) bool { return h.isDirStorage(s) && !q.c.StorageClassExists(s) },
 		ISOSize: func(claim string) (int64, bool) {
-			ci, ok := claims(claim)
-			return ci.Bytes, ok
+			pvc := q.c.CachedPVC(ns, claim)
+			if pvc == nil {
+				return 0, false
+			}
+			if n := translate.FileSizeOf(pvc.Annotations); n > 0 {
+				return n, true // the image's size, as PVE shows it
+			}
+			return translate.ClaimInfoOf(pvc).Bytes, true
 		},
 		Claim:       claims,
 		VolumeTaken: func(name string) (bool, error) { return q.c.VolumeNameTaken(q.ctx(), ns, name) },

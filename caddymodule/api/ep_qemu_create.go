@@ -117,12 +117,18 @@ func (h *APIHandler) deleteQemu(q *request) (any, *apiError) {
 			return nil, e
 		}
 	}
-	if g.State().Running() {
-		return nil, newError(http.StatusInternalServerError, "VM %d is running - destroy failed", g.VMID)
-	}
 	cfg := translate.StoredConfig(g.VM)
 	if p := cfg["protection"]; p == "1" {
 		return nil, newError(http.StatusInternalServerError, "can't remove VM %d - protection mode enabled", g.VMID)
+	}
+	// Its HA config goes with the VM (an annotation): only with purge, as PVE.
+	if purge, _ := q.p.boolean("purge", false); !purge {
+		if _, ha := translate.HAConfigOf(g.VM); ha {
+			return nil, newError(http.StatusInternalServerError, "unable to remove VM %d - used in HA resources and purge parameter not set.", g.VMID)
+		}
+	}
+	if g.State().Running() {
+		return nil, newError(http.StatusInternalServerError, "VM %d is running - destroy failed", g.VMID)
 	}
 	c := q.c
 	line := fmt.Sprintf("destroying VM %d (%s/%s)", g.VMID, g.Namespace(), g.Name())

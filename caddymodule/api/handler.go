@@ -82,6 +82,12 @@ type APIHandler struct {
 	// Prometheus, when set, supplies KubeVirt's and node_exporter's
 	// metrics and the rrddata history.
 	Prometheus *PrometheusConfig `json:"prometheus,omitempty"`
+	// LocalStorage is the directory storage that keeps ISO images, disk
+	// images to import and snippets as claims (PVE's "local").
+	LocalStorage LocalStorageConfig `json:"local_storage,omitzero"`
+	// UploadProxy is where uploads go (CDI's cdi-uploadproxy); default:
+	// found in the cluster.
+	UploadProxy *UploadProxyConfig `json:"cdi_upload_proxy,omitempty"`
 
 	cluster *kube.Cluster
 	history *prom.History // nil without Prometheus
@@ -200,6 +206,12 @@ func (h *APIHandler) Validate() error {
 			return err
 		}
 	}
+	if err := h.LocalStorage.validate(); err != nil {
+		return err
+	}
+	if err := h.UploadProxy.validate(); err != nil {
+		return err
+	}
 	for _, t := range h.Tokens {
 		user, name, ok := strings.Cut(t.ID, "!")
 		if !ok || !strings.Contains(user, "@") || name == "" {
@@ -264,7 +276,9 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cadd
 			r2.URL.Path, r2.URL.RawPath = cleanAPIPath(r.URL.Path), ""
 		}
 	}
-	boundBody(w, r2)
+	if !isUploadPath(r2.URL.Path) {
+		boundBody(w, r2) // an upload's body streams for as long as it takes
+	}
 	if p := r2.URL.Path; strings.Contains(p, "/./") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") {
 		// No PVE path has dot segments; ServeMux would answer a redirect.
 		h.notImplemented(w, r2)

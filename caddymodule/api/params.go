@@ -36,8 +36,8 @@ func parseParams(r *http.Request) (params, *apiError) {
 			p[k] = strings.Join(vs, "\x00")
 		}
 	}
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return p, nil
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || isUploadPath(r.URL.Path) {
+		return p, nil // an upload's body is its own (postUpload)
 	}
 	if r.ContentLength > maxBodyBytes {
 		// Refuse before reading: a client announcing a huge body gets its

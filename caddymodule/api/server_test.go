@@ -23,7 +23,8 @@ const (
 var (
 	ssoPort   int
 	permsPort int
-	// fixedPort serves a fixed list of namespaces (pools cannot be made).
+	// fixedPort serves a fixed list of namespaces (pools cannot be made),
+	// with the directory storage "files" on ceph-rbd taking uploads of 1 MiB.
 	fixedPort  int
 	sharedOnce sync.Once
 	sharedAPI  *testcaddy.PVE
@@ -110,6 +111,10 @@ https://localhost:%d {
 		namespace default lab
 		token %s %s
 		auth_failure_delay 0s
+		local_storage files {
+			storage_class ceph-rbd
+			max_upload 1M
+		}
 	}
 }
 `, fixedPort, testToken, testSecret))

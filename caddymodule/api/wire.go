@@ -39,7 +39,7 @@ type vmStatusRow struct {
 // vmCurrentRow is status/current: vmstatus plus the full-status keys.
 type vmCurrentRow struct {
 	vmStatusRow
-	HA             map[string]int `json:"ha"`
+	HA             map[string]any `json:"ha"`
 	Agent          int            `json:"agent,omitempty"`
 	RunningMachine string         `json:"running-machine,omitempty"`
 	RunningQEMU    string         `json:"running-qemu,omitempty"`
@@ -154,7 +154,7 @@ func vmStatus(g kube.Guest, f guestFacts) vmStatusRow {
 }
 
 func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
-	row := vmCurrentRow{vmStatusRow: vmStatus(g, f), HA: map[string]int{"managed": 0}}
+	row := vmCurrentRow{vmStatusRow: vmStatus(g, f), HA: haStatus(g)}
 	row.QMPStatus = f.state.QMPStatus
 	if f.agent {
 		row.Agent = 1
@@ -177,7 +177,7 @@ func vmResource(g kube.Guest, f guestFacts, pool string) resourceRow {
 		ID: "qemu/" + strconv.Itoa(g.VMID), Type: "qemu", Node: g.Node, Status: f.state.Status,
 		Name: g.PVEName(), VMID: g.VMID, Uptime: f.uptime, CPU: f.cpu, MaxCPU: f.cpus, Mem: f.mem, MaxMem: f.maxmem,
 		MaxDisk: f.maxdisk, NetIn: &f.netin, NetOut: &f.netout, DiskRead: &f.diskread, DiskWrite: &f.diskwrite,
-		Template: &tmpl, Pool: pool, Lock: f.state.Lock, Tags: f.tags,
+		Template: &tmpl, Pool: pool, Lock: f.state.Lock, Tags: f.tags, HAState: haState(g),
 	}
 }
 
