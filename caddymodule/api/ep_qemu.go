@@ -164,6 +164,9 @@ func (h *APIHandler) begin(q *request, g kube.Guest, typ string, goal kube.Goal,
 
 // kubeTaskError turns a Kubernetes error into a task exit status line.
 func kubeTaskError(err error) error {
+	if d, ok := kube.AsAdmission(err); ok {
+		return errors.New(admissionMessage(d))
+	}
 	if msg, ok := kube.StatusMessage(err); ok {
 		return errors.New(msg)
 	}
@@ -180,9 +183,14 @@ func kubeDenied(err error) *apiError {
 // kubeError answers a failed synchronous Kubernetes call.
 func kubeError(err error) *apiError {
 	var taken *kube.VMIDTakenError
+	denial, refused := kube.AsAdmission(err)
 	switch {
 	case errors.As(err, &taken):
 		return newError(http.StatusInternalServerError, "%v", taken)
+	case refused:
+		// A refusal of what was asked, not a fault: PVE dies with the
+		// reason (500), which clients show.
+		return newError(http.StatusInternalServerError, "%s", admissionMessage(denial))
 	case kube.IsDenied(err):
 		return kubeDenied(err)
 	case kube.IsConflict(err), kube.IsAlreadyExists(err):
@@ -191,6 +199,15 @@ func kubeError(err error) *apiError {
 		return newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
 	}
 	return newError(http.StatusInternalServerError, "%v", err)
+}
+
+// admissionMessage words an admission webhook's refusal as PVE words its
+// own: the reason, then who refused.
+func admissionMessage(d *kube.AdmissionError) string {
+	if d.Reason == "" {
+		return fmt.Sprintf("refused by KubeVirt (admission webhook %s)", d.Webhook)
+	}
+	return fmt.Sprintf("%s (refused by KubeVirt's admission webhook %s)", d.Reason, d.Webhook)
 }
 
 func notRunning(g kube.Guest) *apiError {

@@ -1,0 +1,62 @@
+package integration
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// TestWebhookDenialIsPVEShaped: a change KubeVirt's own VM webhook refuses
+// and the API cannot tell beforehand (sockets above the maxSockets a
+// kubectl user set for CPU hotplug) is answered as PVE answers a refusal:
+// a 500 whose message and reason phrase give KubeVirt's reason; never a
+// raw 422, nor a 503 "keeps changing" after retrying a write that cannot
+// succeed. The VM is left as it was.
+func TestWebhookDenialIsPVEShaped(t *testing.T) {
+	vm := kubectlVM(t, "it-max-sockets", func(spec *kubevirtv1.VirtualMachineInstanceSpec) {
+		spec.Domain.CPU = &kubevirtv1.CPU{Sockets: 1, Cores: 1, MaxSockets: 2}
+	})
+	rows := waitRows(t, func(r map[string][]map[string]any) bool { return len(r["it-max-sockets"]) == 1 })
+	row := rows["it-max-sockets"][0]
+	path := "/nodes/" + row["node"].(string) + "/qemu/" + strconv.Itoa(int(row["vmid"].(float64)))
+	a := pve(t)
+	const reason = "Number of sockets in CPU topology is greater than the maximum sockets allowed"
+	ans := a.Do("PUT", path+"/config", form("sockets", "4"))
+	if ans.Code != 500 || !strings.HasPrefix(ans.Message, reason) || !strings.Contains(ans.Status, reason) ||
+		!strings.Contains(ans.Message, "virtualmachine-validator.kubevirt.io") {
+		t.Fatalf("sockets above maxSockets: %s %s", ans.Status, ans.Raw)
+	}
+	if strings.Count(ans.Message, reason) != 1 {
+		t.Errorf("the reason is given more than once: %s", ans.Message)
+	}
+	got, err := env.KubeVirt.KubevirtV1().VirtualMachines("default").Get(context.Background(), vm.Name, metav1.GetOptions{})
+	if err != nil || got.Spec.Template.Spec.Domain.CPU.Sockets != 1 || got.Generation != vm.Generation {
+		t.Fatalf("the VM changed: %v %+v", err, got.Spec.Template.Spec.Domain.CPU)
+	}
+}
+
+// kubectlVM creates a stopped VM the way a kubectl user would, with edit
+// shaping its template, and deletes it when the test ends.
+func kubectlVM(t *testing.T, name string, edit func(*kubevirtv1.VirtualMachineInstanceSpec)) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	rs := kubevirtv1.RunStrategyHalted
+	vm := &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: &rs, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+			Spec: kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{CPU: &kubevirtv1.CPU{Cores: 1}}},
+		}},
+	}
+	edit(&vm.Spec.Template.Spec)
+	out, err := env.KubeVirt.KubevirtV1().VirtualMachines("default").Create(context.Background(), vm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.KubeVirt.KubevirtV1().VirtualMachines("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return out
+}
