@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -16,6 +17,10 @@ import (
 type ClaimInfo struct {
 	StorageClass string
 	Bytes        int64 // capacity, else the request; 0 when unknown
+	// DataVolume: CDI made the claim for a DataVolume of the same name
+	// (which controls it), so a disk re-attached to it is a dataVolume
+	// volume, as it was while its template held it.
+	DataVolume bool
 }
 
 // ClaimLookup describes a claim of the VM's namespace by name; ok is false
@@ -369,6 +374,10 @@ func ClaimInfoOf(pvc *corev1.PersistentVolumeClaim) ClaimInfo {
 	ci := ClaimInfo{Bytes: claimBytes(pvc)}
 	if pvc.Spec.StorageClassName != nil {
 		ci.StorageClass = *pvc.Spec.StorageClassName
+	}
+	if ref := metav1.GetControllerOf(pvc); ref != nil && ref.Kind == "DataVolume" && ref.Name == pvc.Name &&
+		strings.HasPrefix(ref.APIVersion, "cdi.kubevirt.io/") {
+		ci.DataVolume = true
 	}
 	return ci
 }

@@ -106,8 +106,11 @@ func ownedClaims(vm *kubevirtv1.VirtualMachine, sds []specDisk, stored map[strin
 			continue
 		}
 		if n := unusedVolume(stored[k]); n != "" && owned[n] == nil {
+			// A detached disk's template left the spec with it (see
+			// keptTemplates); its claim may still be a DataVolume's.
 			st, _, _ := strings.Cut(stored[k], ":")
-			owned[n] = &ownedClaim{storage: st, dv: false}
+			ci, _ := claims.get(n)
+			owned[n] = &ownedClaim{storage: st, dv: ci.DataVolume}
 		}
 	}
 	for n, o := range owned {
@@ -559,12 +562,25 @@ func unusedEntries(owned map[string]*ownedClaim, used, destroy map[string]bool, 
 }
 
 // keptTemplates are the DataVolume templates the VM keeps, in name order:
-// all but those the call destroys. A detached disk keeps its template, so
-// that its DataVolume stays the VM's.
-func keptTemplates(templates map[string]kubevirtv1.DataVolumeTemplateSpec, destroy map[string]bool) []kubevirtv1.DataVolumeTemplateSpec {
+// those a volume of the VM (vols) still uses. KubeVirt's VM webhook
+// refuses a template no volume references, so a detached disk's template
+// goes; its DataVolume stays, still owned by the VM (KubeVirt's VM
+// controller neither deletes nor releases a DataVolume whose template left
+// the spec), and its unusedN entry keeps the claim. A destroyed claim's
+// template goes with it.
+func keptTemplates(templates map[string]kubevirtv1.DataVolumeTemplateSpec, vols []kubevirtv1.Volume) []kubevirtv1.DataVolumeTemplateSpec {
+	used := map[string]bool{}
+	for _, v := range vols {
+		switch {
+		case v.DataVolume != nil:
+			used[v.DataVolume.Name] = true
+		case v.PersistentVolumeClaim != nil:
+			used[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
 	var out []kubevirtv1.DataVolumeTemplateSpec
 	for _, n := range orderedKeys(templates) {
-		if !destroy[n] {
+		if used[n] {
 			out = append(out, templates[n])
 		}
 	}
@@ -585,7 +601,7 @@ func (p *drivePlan) write(vm *kubevirtv1.VirtualMachine) {
 		}
 	}
 	pinDiskKeys(vm, kept)
-	vm.Spec.DataVolumeTemplates = keptTemplates(p.templates, p.chg.destroy)
+	vm.Spec.DataVolumeTemplates = keptTemplates(p.templates, p.vols)
 	vm.Spec.Template.Spec.Domain.Devices.Disks = p.disks
 	vm.Spec.Template.Spec.Volumes = p.vols
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // vm100 has scsi0 on vm-100-disk-0 (an 8 GiB DataVolume template on
-// local-lvm) and vm-100-disk-1 (2 GiB) detached as unused0.
+// local-lvm) and vm-100-disk-1 (2 GiB) detached as unused0: its template
+// left the spec, its DataVolume's claim is in seedClaims.
 func vm100(t *testing.T) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	vm := buildOK(t, map[string]string{"scsi0": "local-lvm:8", "scsi1": "local-lvm:2"})
@@ -72,9 +73,12 @@ func TestOwnedClaims(t *testing.T) {
 		want      map[string]ownedClaim
 		templates []string
 	}{
-		{"templates, attached and detached", vm100(t), nil,
-			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": tmpl("local-lvm")},
-			[]string{"vm-100-disk-0", "vm-100-disk-1"}},
+		{"a template attached, a DataVolume detached", vm100(t), seedClaims,
+			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": {storage: "local-lvm", dv: true}},
+			[]string{"vm-100-disk-0"}},
+		{"a detached claim nothing knows of", vm100(t), nil,
+			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": {storage: "local-lvm"}},
+			[]string{"vm-100-disk-0"}},
 		{"a PVC, storage from the claim", seedWin11(), seedClaims,
 			map[string]ownedClaim{"vm-101-disk-0": {storage: "ceph-rbd"}}, []string{}},
 		{"a PVC, storage unknown", seedWin11(), nil,
@@ -416,8 +420,8 @@ func TestImportDisk(t *testing.T) {
 		{"never smaller than the source", "local-lvm:1", "ceph-rbd:golden-disk", seedClaims, nil, "local-lvm:vm-100-disk-0,size=3G", 3 * GiB, ""},
 		{"no claim facts: the size asked, whole MiB", "local-lvm:0.001", "local-lvm:x", nil, nil, "local-lvm:vm-100-disk-0,size=2M", 2 << 20, ""},
 		{"no claim facts, no size: CDI's", "local-lvm:0", "local-lvm:x", nil, nil, "local-lvm:vm-100-disk-0", 0, ""},
-		{"name in use elsewhere", "local-lvm:0", "local-lvm:golden-disk", seedClaims, takenBy(seedClaims, "vm-100-disk-0"),
-			"local-lvm:vm-100-disk-1,size=3G", 3 * GiB, ""},
+		{"names in use elsewhere (one reported, one a claim)", "local-lvm:0", "local-lvm:golden-disk", seedClaims, takenBy(seedClaims, "vm-100-disk-0"),
+			"local-lvm:vm-100-disk-2,size=3G", 3 * GiB, ""},
 		{"not a volume id", "local-lvm:0", "golden-disk", seedClaims, nil, "", 0,
 			"import-from 'golden-disk': only volumes of this cluster ('<storage>:<volume>') can be imported"},
 		{"a path", "local-lvm:0", "local:images/x.qcow2", seedClaims, nil, "", 0,
@@ -522,7 +526,8 @@ func TestReattach(t *testing.T) {
 		asDV   bool
 		err    string
 	}{
-		{"template: its size", vm100(t), nil, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", true, ""},
+		{"template: its size", buildOK(t, map[string]string{"scsi0": "local-lvm:8"}), nil, "local-lvm:vm-100-disk-0", "vm-100-disk-0", false, "local-lvm:vm-100-disk-0,size=8G", true, ""},
+		{"a detached DataVolume: the claim's size", vm100(t), seedClaims, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", true, ""},
 		{"PVC: the claim's size", seedWin11(), seedClaims, "ceph-rbd:vm-101-disk-0", "vm-101-disk-0", false, "ceph-rbd:vm-101-disk-0,size=64G", false, ""},
 		{"PVC, size unknown", seedWin11(), nil, "pvc:vm-101-disk-0,size=9G", "vm-101-disk-0", false, "pvc:vm-101-disk-0,size=9G", false, ""},
 		{"twice", vm100(t), nil, "local-lvm:vm-100-disk-0", "vm-100-disk-0", true, "", false,
@@ -648,7 +653,13 @@ func TestKeptTemplates(t *testing.T) {
 	for _, n := range []string{"vm-1-disk-2", "vm-1-disk-0", "vm-1-disk-1"} {
 		templates[n] = blankTemplate(n, "local-lvm", GiB)
 	}
-	got := keptTemplates(templates, map[string]bool{"vm-1-disk-1": true})
+	vols := []kubevirtv1.Volume{
+		*claimVolume("scsi0", "vm-1-disk-2", true),
+		*claimVolume("scsi1", "vm-1-disk-0", false), // a PVC volume references its template too
+		{Name: "ide2", VolumeSource: kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{Image: "x"}}},
+	}
+	// vm-1-disk-1 is detached (or destroyed): no volume, no template.
+	got := keptTemplates(templates, vols)
 	if len(got) != 2 || got[0].Name != "vm-1-disk-0" || got[1].Name != "vm-1-disk-2" {
 		t.Fatalf("kept %v", got)
 	}

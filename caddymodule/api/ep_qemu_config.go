@@ -166,17 +166,21 @@ func mayDestroy(q *request, g kube.Guest, names []string) *apiError {
 		return nil
 	}
 	ns := g.Namespace()
-	templated := false
+	dataVolume := false // a claim goes with its DataVolume
+	claims := claimLookup(q, ns)
 	for _, n := range names {
 		if users := q.c.ClaimUsers(ns, n, g.VM.UID); len(users) > 0 {
 			return newError(http.StatusInternalServerError, "volume '%s' is also used by VirtualMachine %s/%s; not deleting it", n, ns, users[0].Name)
 		}
 		for _, t := range g.VM.Spec.DataVolumeTemplates {
-			templated = templated || t.Name == n
+			dataVolume = dataVolume || t.Name == n
 		}
+		// A detached disk's DataVolume has no template left.
+		ci, _ := claims(n)
+		dataVolume = dataVolume || ci.DataVolume
 	}
 	needs := []kube.Access{{Namespace: ns, Resource: "persistentvolumeclaims", Verb: "delete"}}
-	if templated {
+	if dataVolume {
 		needs = append(needs, kube.Access{Namespace: ns, Group: "cdi.kubevirt.io", Resource: "datavolumes", Verb: "delete"})
 	}
 	for _, a := range needs {
