@@ -615,6 +615,42 @@ func TestSchedulingSpreadsAndHonoursConstraints(t *testing.T) {
 	}
 }
 
+// A VMI runs only on a node labelled with its machine type, as real
+// virt-controller's nodeSelector and virt-handler's labels have it; a node
+// labelled with none (made by hand) is not judged.
+func TestMachineTypePlacement(t *testing.T) {
+	labelled := func(name string, types ...string) *corev1.Node {
+		n := testNode(name)
+		for _, typ := range types {
+			n.Labels[virtv1.SupportedMachineTypeLabel+typ] = "true"
+		}
+		return n
+	}
+	k8s, kv := NewFakeClients(labelled("node-a", "q35", defaultMachineType))
+	e := &env{t: t, ctx: t.Context(), k8s: k8s, kv: kv, sub: &Subresources{KV: kv}}
+	e.run(Options{})
+	withMachine := func(name, typ string) *virtv1.VirtualMachine {
+		vm := testVM(name, virtv1.RunStrategyAlways)
+		vm.Spec.Template.Spec.Domain.Machine = &virtv1.Machine{Type: typ}
+		return vm
+	}
+	e.createVM(withMachine("alias", "q35"))
+	if vmi := e.waitRunning("alias"); vmi.Status.Machine == nil || vmi.Status.Machine.Type != defaultMachineType {
+		t.Errorf("q35 runs as the newest machine: %s", describeVMI(vmi))
+	}
+	e.createVM(withMachine("pinned", "pc-q35-8.1"))
+	vm := e.waitPrintable("pinned", virtv1.VirtualMachineStatusUnschedulable)
+	if c := findVMCondition(vm, virtv1.VirtualMachineConditionType(corev1.PodScheduled)); c == nil || !strings.Contains(c.Message, "node affinity/selector") {
+		t.Errorf("pinned machine type: %s", describeVM(vm))
+	}
+	if _, err := k8s.CoreV1().Nodes().Create(e.ctx, testNode("unlabelled"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if vmi := e.waitRunning("pinned"); vmi.Status.NodeName != "unlabelled" {
+		t.Errorf("pinned machine type on a node without labels: %s", describeVMI(vmi))
+	}
+}
+
 func TestDeletingVMTerminatesAndRemovesIt(t *testing.T) {
 	e := newEnv(t).run(Options{})
 	rec := recordStatuses(e)

@@ -662,6 +662,9 @@ func tolerated(taints []corev1.Taint, tolerations []corev1.Toleration) bool {
 }
 
 func matchesNode(n *corev1.Node, vmi *virtv1.VirtualMachineInstance) bool {
+	if !machineTypeFits(n, vmi) {
+		return false
+	}
 	if len(vmi.Spec.NodeSelector) > 0 &&
 		!labels.SelectorFromSet(vmi.Spec.NodeSelector).Matches(labels.Set(n.Labels)) {
 		return false
@@ -677,6 +680,32 @@ func matchesNode(n *corev1.Node, vmi *virtv1.VirtualMachineInstance) bool {
 		}
 	}
 	return len(terms) == 0
+}
+
+// machineTypeFits tells whether node n offers vmi's machine type. Real
+// virt-controller gives the launcher pod a nodeSelector on
+// machine-type.node.kubevirt.io/<type> (the VMI's status machine once
+// known, else its spec's; services/template.go), and virt-handler's node
+// labeller sets that label for each machine type the node's QEMU offers,
+// so a pinned type no node has (pc-q35-8.1) never schedules. A node that
+// carries no such label at all (made by hand in a test) is not judged.
+func machineTypeFits(n *corev1.Node, vmi *virtv1.VirtualMachineInstance) bool {
+	typ := ""
+	switch {
+	case vmi.Status.Machine != nil && vmi.Status.Machine.Type != "":
+		typ = vmi.Status.Machine.Type
+	case vmi.Spec.Domain.Machine != nil:
+		typ = vmi.Spec.Domain.Machine.Type
+	}
+	if typ == "" || n.Labels[virtv1.SupportedMachineTypeLabel+typ] == "true" {
+		return true
+	}
+	for k := range n.Labels {
+		if strings.HasPrefix(k, virtv1.SupportedMachineTypeLabel) {
+			return false
+		}
+	}
+	return true
 }
 
 // preferenceScore sums the weights of the VMI's preferred node affinity
