@@ -345,8 +345,31 @@ func TestDiskTarget(t *testing.T) {
 		{kubevirtv1.DiskBusSCSI, "local-lvm:1,serial=abc", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "scsi"}}, Serial: "abc"}},
 	}
 	for _, tt := range tests {
-		if got := diskTarget(tt.bus, mustDrive(t, tt.v)); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("diskTarget(%s, %q) = %+v, want %+v", tt.bus, tt.v, got, tt.want)
+		if got, err := diskTarget(tt.bus, mustDrive(t, tt.v)); !reflect.DeepEqual(got, tt.want) || err != nil {
+			t.Errorf("diskTarget(%s, %q) = %+v, %v; want %+v", tt.bus, tt.v, got, err, tt.want)
+		}
+	}
+}
+
+func TestDiskSerial(t *testing.T) {
+	tests := []struct{ v, want, err string }{
+		{"", "", ""},
+		{"WD-WX12345678", "WD-WX12345678", ""},
+		{"disk_1.data%2Ba", "disk_1.data+a", ""},
+		{"disk+1", "", "invalid format - serial: invalid urlencoded string: disk+1"}, // as PVE: '+' must be encoded
+		{"ABC%2B1", "ABC+1", ""},     // url-encoded, decoded as QEMU gets it
+		{"abc%2Ddef", "abc-def", ""}, // an encoded character KubeVirt takes
+		{"my%20disk", "", "serial 'my disk' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"it's", "", "serial 'it's' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"a%2Fb", "", "serial 'a/b' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"a b", "", "invalid format - serial: invalid urlencoded string: a b"},
+		{"50%", "", "invalid format - serial: invalid urlencoded string: 50%"},
+		{strings.Repeat("x", 61), "", "invalid format - serial: value may only be 60 characters long"},
+	}
+	for _, tt := range tests {
+		got, err := diskSerial(tt.v)
+		if got != tt.want || errText(err) != tt.err {
+			t.Errorf("diskSerial(%q) = %q, %q; want %q, %q", tt.v, got, errText(err), tt.want, tt.err)
 		}
 	}
 }
