@@ -165,3 +165,26 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// KubeVirt's snapshot and restore webhooks refusing for the feature gate
+// are ErrSnapshotsOff; other refusals and errors stay what they are.
+func TestSnapshotWriteErr(t *testing.T) {
+	gate := func(webhook, msg string) error {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Code: 400,
+			Message: fmt.Sprintf("admission webhook %q denied the request: %s", webhook, msg)}}
+	}
+	for _, err := range []error{
+		gate("virtualmachinesnapshot-validator.snapshot.kubevirt.io", "snapshot feature gate not enabled"),
+		gate("virtualmachinerestore-validator.snapshot.kubevirt.io", "Snapshot/Restore feature gate not enabled"),
+	} {
+		if got := snapshotWriteErr(err); !errors.Is(got, ErrSnapshotsOff) {
+			t.Errorf("%v: %v", err, got)
+		}
+	}
+	other := gate("virtualmachinesnapshot-validator.snapshot.kubevirt.io", "VirtualMachine \"x\" does not exist")
+	for _, err := range []error{nil, other, errors.New("plain")} {
+		if got := snapshotWriteErr(err); got != err {
+			t.Errorf("%v became %v", err, got)
+		}
+	}
+}

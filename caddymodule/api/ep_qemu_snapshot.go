@@ -21,8 +21,12 @@ type snapshotRow struct {
 }
 
 func snapshotError(err error) *apiError {
-	if errors.Is(err, kube.ErrNoSnapshotAPI) {
+	switch {
+	case errors.Is(err, kube.ErrNoSnapshotAPI):
 		return newError(http.StatusNotImplemented, "%v", err)
+	case errors.Is(err, kube.ErrSnapshotsOff):
+		// PVE's refusal when the storage cannot snapshot: a 500.
+		return newError(http.StatusInternalServerError, "%v", err)
 	}
 	return kubeError(err)
 }
