@@ -269,3 +269,76 @@ func setGates(t *testing.T, gate string, on bool) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestLockedWhileSnapshotting: while KubeVirt takes or restores a
+// snapshot it locks the VM (status.snapshotInProgress, restoreInProgress)
+// and its webhook refuses run-state and volume changes. The API holds
+// PVE's "snapshot" and "rollback" locks for that time, from the call on:
+// power and config calls meanwhile are refused as PVE refuses them ("VM is
+// locked (snapshot)"), never with a raw 422, and the snapshot and rollback
+// tasks end only once KubeVirt has let go of the VM, so that the next call
+// of a client that waited for them succeeds.
+func TestLockedWhileSnapshotting(t *testing.T) {
+	ctx := context.Background()
+	a := pve(t)
+	node := firstNode(a)
+	id := nextID(a)
+	path := "/nodes/" + node + "/qemu/" + id
+	var upid string
+	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "locks", "scsi0", "local-path:1"), &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	t.Cleanup(func() {
+		var u string
+		a.OK("POST", path+"/status/stop", nil, &u)
+		a.WaitTask(u)
+		a.OK("DELETE", path, nil, &u)
+		a.WaitTask(u)
+	})
+	locked := func(lock string) {
+		t.Helper()
+		for _, c := range []struct{ method, path, key, value string }{
+			{"POST", "/status/start", "", ""},
+			{"PUT", "/config", "delete", "scsi0"},
+			{"POST", "/snapshot", "snapname", "second"},
+		} {
+			ans := a.Do(c.method, path+c.path, form(c.key, c.value))
+			if want := "VM is locked (" + lock + ")"; ans.Code != 500 || ans.Message != want+"\n" || ans.Status != "500 "+want {
+				t.Errorf("%s %s during the %s: %s %s", c.method, c.path, lock, ans.Status, ans.Raw)
+			}
+		}
+		if st := a.Status(node, id); st["lock"] != lock {
+			t.Errorf("status/current lock %v, want %s", st["lock"], lock)
+		}
+	}
+	unlocked := func(what string) {
+		t.Helper()
+		vm, err := env.KubeVirt.KubevirtV1().VirtualMachines(vmByID(t, id).Namespace).Get(ctx, vmByID(t, id).Name, metav1.GetOptions{})
+		if err != nil || vm.Status.SnapshotInProgress != nil || vm.Status.RestoreInProgress != nil {
+			t.Fatalf("the %s task ended while KubeVirt still locks the VM: %v %+v", what, err, vm.Status)
+		}
+		// The client's next call goes through.
+		a.OK("POST", path+"/status/start", nil, &upid)
+		if exit := a.WaitTask(upid); exit != "OK" {
+			t.Fatalf("start right after the %s: %s", what, exit)
+		}
+		if st := a.Status(node, id); st["lock"] != nil {
+			t.Errorf("status/current lock %v after the %s", st["lock"], what)
+		}
+	}
+
+	a.OK("POST", path+"/snapshot", form("snapname", "first"), &upid)
+	locked("snapshot")
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("snapshot: %s", exit)
+	}
+	unlocked("snapshot")
+
+	a.OK("POST", path+"/snapshot/first/rollback", nil, &upid)
+	locked("rollback")
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("rollback: %s", exit)
+	}
+	unlocked("rollback")
+}

@@ -187,6 +187,66 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 	return out, snapshotWriteErr(err)
 }
 
+// SnapshotLock is the PVE lock a snapshot or rollback of g holds:
+// "rollback" or "snapshot" while KubeVirt's restore or snapshot controller
+// keeps the VM locked (its status), and from the moment one is asked for
+// (the object exists, not yet finished), as qemu-server sets its lock
+// when the call starts; "" when neither.
+func (c *Cluster) SnapshotLock(g Guest) string {
+	if l := g.State().Lock; l == translate.LockRollback || l == translate.LockSnapshot {
+		return l
+	}
+	if c.restores == nil || c.snapshots == nil {
+		return ""
+	}
+	key := g.Namespace() + "/" + g.Name()
+	for _, o := range c.restores.byIndex(snapshotSourceIndex, key) {
+		r := o.(*snapshotv1.VirtualMachineRestore)
+		if ref := metav1.GetControllerOf(r); ref != nil && ref.UID != g.VM.UID {
+			continue // a restore of an earlier VM of the same name
+		}
+		if r.DeletionTimestamp == nil && (r.Status == nil || r.Status.Complete == nil || !*r.Status.Complete) && !restoreFailed(r) {
+			return translate.LockRollback
+		}
+	}
+	for _, o := range c.snapshots.byIndex(snapshotSourceIndex, key) {
+		s := o.(*snapshotv1.VirtualMachineSnapshot)
+		if s.Status != nil && s.Status.SourceUID != nil && *s.Status.SourceUID != g.VM.UID {
+			continue
+		}
+		if s.DeletionTimestamp == nil && (s.Status == nil || (s.Status.Phase != snapshotv1.Succeeded && s.Status.Phase != snapshotv1.Failed)) {
+			return translate.LockSnapshot
+		}
+	}
+	return ""
+}
+
+// lockedBy tells whether vm is still locked by the snapshot (or, with
+// restore, the restore) named name.
+func lockedBy(vm *kubevirtv1.VirtualMachine, name string, restore bool) bool {
+	if vm == nil {
+		return false
+	}
+	l := vm.Status.SnapshotInProgress
+	if restore {
+		l = vm.Status.RestoreInProgress
+	}
+	return l != nil && *l == name
+}
+
+// restoreFailed tells whether KubeVirt gave up on a restore.
+func restoreFailed(r *snapshotv1.VirtualMachineRestore) bool {
+	if r.Status == nil {
+		return false
+	}
+	for _, cnd := range r.Status.Conditions {
+		if cnd.Type == snapshotv1.ConditionFailure && cnd.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 // snapshotState tells whether a snapshot is ready, failed (with why) or
 // gone.
 func (c *Cluster) snapshotState(ns, name string) (exists, ready bool, failure string) {

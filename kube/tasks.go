@@ -436,7 +436,9 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		switch {
 		case failure != "":
 			return true, failure, nil
-		case ready:
+		case ready && !lockedBy(vm, t.object, false):
+			// KubeVirt marks the snapshot ready, then lets go of the
+			// VM; PVE's task ends once its lock is gone.
 			return true, translate.ExitOK, nil
 		case !exists && now.Sub(time.Unix(t.UPID.StartTime, 0)) > 10*time.Second:
 			return true, "snapshot " + t.object + " was deleted", nil
@@ -487,7 +489,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	case GoalSession:
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
-		if _, complete := ts.c.restoreState(t.namespace, t.object); complete {
+		if _, complete := ts.c.restoreState(t.namespace, t.object); complete && !lockedBy(vm, t.object, true) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := ts.c.reapplySnapshotConfig(ctx, t.namespace, t.object)
 			cancel()

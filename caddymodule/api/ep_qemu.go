@@ -210,6 +210,28 @@ func admissionMessage(d *kube.AdmissionError) string {
 	return fmt.Sprintf("%s (refused by KubeVirt's admission webhook %s)", d.Reason, d.Webhook)
 }
 
+// snapshotLocked is qemu-server's check_lock for the locks a snapshot or
+// a rollback holds (kube.Cluster.SnapshotLock): a call that would change
+// the VM meanwhile is refused as PVE refuses it, where KubeVirt's VM
+// webhook would refuse the write ("Cannot update vm running state until
+// snapshot … completes"). skiplock=1, root's way past a lock on PVE, hands
+// the call to KubeVirt, whose answer then stands.
+func snapshotLocked(q *request, g kube.Guest) *apiError {
+	skip, e := q.p.boolean("skiplock", false)
+	switch {
+	case e != nil:
+		return e
+	case skip && q.id.ID() != "root@pam":
+		return paramErr("skiplock", "Only root may use this option.")
+	case skip:
+		return nil
+	}
+	if l := q.c.SnapshotLock(g); l != "" {
+		return newError(http.StatusInternalServerError, "VM is locked (%s)", l)
+	}
+	return nil
+}
+
 func notRunning(g kube.Guest) *apiError {
 	return newError(http.StatusInternalServerError, "VM %d not running", g.VMID)
 }
@@ -220,6 +242,9 @@ func notRunning(g kube.Guest) *apiError {
 func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 	g, e := h.guest(q)
 	if e != nil {
+		return nil, e
+	}
+	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
 	action := q.r.PathValue("action")

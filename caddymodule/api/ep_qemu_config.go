@@ -87,6 +87,9 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	if e != nil {
 		return g, e
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return g, e
+	}
 	cfg, deletes, e := configParams(q.p)
 	if e != nil {
 		return g, e
@@ -395,6 +398,9 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return nil, e
+	}
 	disk, ok, e := q.p.str("disk")
 	if e != nil {
 		return nil, e
@@ -451,6 +457,9 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 	g, e := h.guest(q)
 	if e != nil {
+		return nil, e
+	}
+	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
 	if g.State().Running() {

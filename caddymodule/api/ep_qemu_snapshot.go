@@ -102,6 +102,9 @@ func (h *APIHandler) postQemuSnapshot(q *request) (any, *apiError) {
 	if !ok {
 		return nil, paramErr("snapname", "property is missing and it is not optional")
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return nil, e
+	}
 	if err := translate.ValidSnapName(name); err != nil {
 		return nil, paramErr("snapname", "%v", err)
 	}
@@ -135,6 +138,9 @@ func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return nil, e
+	}
 	if err := q.c.DeleteSnapshot(q.ctx(), s.Obj); err != nil {
 		return nil, snapshotError(err)
 	}
@@ -149,6 +155,9 @@ func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
 func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 	g, s, e := h.snapshot(q)
 	if e != nil {
+		return nil, e
+	}
+	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
 	r, err := q.c.RestoreSnapshot(q.ctx(), g, s.Obj)

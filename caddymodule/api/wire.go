@@ -99,6 +99,10 @@ func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
 	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM) {
 		f.state.Lock = l
 	}
+	// A snapshot or rollback locks the VM from the moment it is asked for.
+	if f.state.Lock == "" && c != nil {
+		f.state.Lock = c.SnapshotLock(g)
+	}
 	sockets, cores := translate.CPUTopology(g.VM)
 	f.cpus = sockets * cores
 	f.maxmem = translate.MemoryBytes(g.VM)
