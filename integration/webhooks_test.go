@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/base64"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/admissiontest"
 )
 
 // TestWebhookDenialIsPVEShaped: a change KubeVirt's own VM webhook refuses
@@ -341,4 +344,19 @@ func TestLockedWhileSnapshotting(t *testing.T) {
 		t.Fatalf("rollback: %s", exit)
 	}
 	unlocked("rollback")
+}
+
+// TestAdmissionTableOnVirtAPI: KubeVirt's own virt-api refuses and admits
+// the table's writes in the words the table gives; kubevirtsim's
+// TestAdmissionTable runs the same table on the simulator's stand-in
+// webhooks, so that the two cannot drift.
+func TestAdmissionTableOnVirtAPI(t *testing.T) {
+	admissiontest.Run(t, admissiontest.Cluster{
+		KubeVirt:  env.KubeVirt,
+		Namespace: "default",
+		Gates:     []string{"Snapshot"},
+		SetGates: func(t *testing.T, gates ...string) {
+			setGates(t, "Snapshot", slices.Contains(gates, "Snapshot"))
+		},
+	})
 }
