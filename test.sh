@@ -47,8 +47,8 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-echo "== go test"
-go test -count=1 -timeout 20m ./...
+echo "== go test (in random order: no test may depend on another's leftovers)"
+go test -count=1 -shuffle on -timeout 20m ./...
 
 echo "== bpg Terraform provider acceptance tests (testenv/bpg)"
 testenv/bpg/run.sh

@@ -11,4 +11,8 @@ import (
 	// http.handlers.proxmox_wake and the proxmox dynamic upstreams
 	// (http.reverse_proxy.upstreams.proxmox).
 	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule/wake"
+	// Wake on request for TCP and UDP: layer4.handlers.proxmox_wake, for
+	// caddy-l4's layer4 app (build with --with github.com/mholt/caddy-l4
+	// for its proxy handler).
+	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule/wakel4"
 )

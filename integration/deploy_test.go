@@ -31,7 +31,13 @@ import (
 const deployFile = "../deploy/caddy-proxmox.yaml"
 
 func deployObjects(t *testing.T) []*unstructured.Unstructured {
-	raw, err := os.ReadFile(deployFile)
+	return deployObjectsOf(t, deployFile)
+}
+
+// deployObjectsOf reads the objects of a manifest of deploy/.
+func deployObjectsOf(t *testing.T, file string) []*unstructured.Unstructured {
+	t.Helper()
+	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}

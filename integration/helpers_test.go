@@ -1,16 +1,12 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
-	"net/url"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-
-	"github.com/caddy-proxmox/caddy-proxmox/translate"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 )
@@ -26,14 +22,7 @@ func fallbackPVE(t *testing.T) *testcaddy.PVE {
 }
 
 // firstNode is a node name as PVE clients see it.
-func firstNode(a *testcaddy.PVE) string {
-	var nodes []map[string]any
-	a.OK("GET", "/nodes", nil, &nodes)
-	if len(nodes) == 0 {
-		a.T.Fatal("no nodes")
-	}
-	return nodes[0]["node"].(string)
-}
+func firstNode(a *testcaddy.PVE) string { return a.FirstNode() }
 
 func nextID(a *testcaddy.PVE) string {
 	var id string
@@ -41,23 +30,10 @@ func nextID(a *testcaddy.PVE) string {
 	return id
 }
 
-func form(kv ...string) url.Values {
-	v := url.Values{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		v.Set(kv[i], kv[i+1])
-	}
-	return v
-}
+var form = testcaddy.Form
 
 // vmByID finds the VirtualMachine object carrying a vmid label.
-func vmByID(t *testing.T, id string) *kubevirtv1.VirtualMachine {
-	t.Helper()
-	list, err := env.KubeVirt.KubevirtV1().VirtualMachines("").List(context.Background(), metav1.ListOptions{LabelSelector: translate.LabelVMID + "=" + id})
-	if err != nil || len(list.Items) != 1 {
-		t.Fatalf("VM with vmid %s: %v (%d found)", id, err, len(list.Items))
-	}
-	return &list.Items[0]
-}
+func vmByID(t *testing.T, id string) *kubevirtv1.VirtualMachine { return env.VMByID(t, id) }
 
 func metavOpts() metav1.PatchOptions { return metav1.PatchOptions{} }
 

@@ -107,7 +107,11 @@ https://localhost:%d {
 	}
 }
 `, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret) + metricsSites.caddyfile
-		if err := loadCaddy(cfg); err != nil {
+		if _, err := testcaddy.LoadCaddyfile(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := testcaddy.Ready(base+"/api2/json/version", 30*time.Second); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 	"github.com/caddy-proxmox/caddy-proxmox/testenv"
 )
@@ -95,21 +96,11 @@ func num(m map[string]any, k string) float64 {
 	return f
 }
 
-// eventuallyOK polls until check passes (60 s: the metrics.k8s.io poller
+// eventuallyOK waits until check passes (60 s: the metrics.k8s.io poller
 // runs every 15 s, the Prometheus ones every second).
 func eventuallyOK(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	testutil.WaitNoError(t, 60*time.Second, what, check)
 }
 
 func findRow(rows []map[string]any, typ, key string, val any) map[string]any {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
 
 const impersonatedSecret = "9e8d7c6b-5a49-4382-a1b0-c9d8e7f6a5b4"
@@ -126,9 +127,18 @@ func TestImpersonationLetsKubernetesDecide(t *testing.T) {
 	}
 	denied(bob, "POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, "Permission check failed (/vms/"+id+", VM.PowerMgmt)")
 	denied(bob, "PUT", "/nodes/"+node+"/qemu/"+id+"/config", form("cores", "2"), "Permission check failed (/vms/"+id+", VM.Config.CPU)")
-	time.Sleep(500 * time.Millisecond)
-	if _, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, "imp-"+id, metav1.GetOptions{}); err != nil {
-		t.Fatalf("VM stopped by a refused call: %v", err)
+	// The controller has acted on whatever the refused calls wrote.
+	barrierCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	vm, err := kubevirtsim.SyncBarrier(barrierCtx, env.KubeVirt, ns, "imp-"+id)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vm.Status.StateChangeRequests) != 0 || vm.Spec.Template.Spec.Domain.CPU != nil && vm.Spec.Template.Spec.Domain.CPU.Cores == 2 {
+		t.Fatalf("a refused call was written: requests %v, cpu %+v", vm.Status.StateChangeRequests, vm.Spec.Template.Spec.Domain.CPU)
+	}
+	if vmi, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, "imp-"+id, metav1.GetOptions{}); err != nil || vmi.DeletionTimestamp != nil {
+		t.Fatalf("VM stopped by a refused call: %v (instance being deleted: %v)", err, err == nil)
 	}
 
 	// Consoles run as the caller too: alice's session reaches virt-api as

@@ -21,6 +21,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -395,9 +396,17 @@ func TestSetRunStrategyRefusesRecreatedVM(t *testing.T) {
 			runStrategyIs(kubevirtv1.RunStrategyManual)(t, now)
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // give the controller a chance to act on a wrong write
-	if g, err := c.Guest(101); err == nil && g.VMI != nil {
-		t.Errorf("namesake got an instance: %s", vmiState(c, 101))
+	// The controller has acted on every write the calls made: a start
+	// that reached the namesake would have created its instance.
+	vm, err := kubevirtsim.SyncBarrier(e.ctx, e.kv, "default", "win-11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.UID != fresh.UID || vm.Status.Created || vm.Status.PrintableStatus != kubevirtv1.VirtualMachineStatusStopped {
+		t.Errorf("namesake after the controller's reconcile: uid %s created %v status %s", vm.UID, vm.Status.Created, vm.Status.PrintableStatus)
+	}
+	if vmi, err := e.kv.KubevirtV1().VirtualMachineInstances("default").Get(e.ctx, "win-11", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("namesake got an instance: %v %v", vmi.GetUID(), err)
 	}
 }
 
@@ -529,10 +538,24 @@ func TestStartFailureThenStop(t *testing.T) {
 	}
 }
 
+// Stop returns on a Cluster never started, ends every goroutine Start
+// started, and returns again on a stopped Cluster.
 func TestStopIsIdempotent(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	New(e.kube, e.kv, nil, Options{}).Stop() // never started
+	stops := func(c *Cluster, what string) {
+		t.Helper()
+		stopped := make(chan struct{})
+		go func() { c.Stop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Stop hangs on %s", what)
+		}
+	}
+	stops(New(e.kube, e.kv, nil, Options{}), "a Cluster never started")
+	before := testutil.GoroutineBaseline()
 	c := e.cluster(Options{}, true)
-	c.Stop()
-	c.Stop()
+	stops(c, "a started Cluster")
+	before.Check(t, 5*time.Second)
+	stops(c, "a stopped Cluster")
 }

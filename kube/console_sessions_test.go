@@ -71,14 +71,26 @@ func TestSessionOnAnotherReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	attached := time.Now()
 	if s.UPID() != task.UPID.String() {
 		t.Fatalf("attached %s, began %s", s.UPID(), task.UPID)
 	}
 	if _, err := a.Tasks.AttachSession(e.ctx, key); !errors.Is(err, ErrSessionEnded) {
 		t.Fatalf("second attach: %v", err)
 	}
-	// Past the connect timeout and more than one lease: still running.
-	time.Sleep(2500 * time.Millisecond)
+	// Past the connect timeout and more than one lease, the session has
+	// renewed the task and both workers have looked at it since: still
+	// running.
+	time.Sleep(time.Until(attached.Add(2500 * time.Millisecond)))
+	waitPasses(t, a, 3)
+	waitPasses(t, b, 3)
+	cm, err := taskCM(e, "default", task.UPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := taskFromConfigMap(cm); err != nil || !rec.deadline.After(attached.Add(sessionLease)) {
+		t.Fatalf("the session did not renew its task: record %v, %v", cm.Data, err)
+	}
 	for name, c := range map[string]*Cluster{"a": a, "b": b} {
 		got, err := c.Tasks.Get(e.ctx, task.UPID.String())
 		if err != nil || !got.Running() {

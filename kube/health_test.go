@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 func TestHealthTransitions(t *testing.T) {
@@ -42,10 +44,11 @@ func TestHealthTransitions(t *testing.T) {
 	// Informers wait during the outage and go on when it ends.
 	waited := make(chan error, 1)
 	go func() { waited <- h.wait(context.Background()) }()
+	testutil.WaitParked(t, waitTimeout, "github.com/caddy-proxmox/caddy-proxmox/kube.(*health).wait")
 	select {
 	case err := <-waited:
 		t.Fatalf("wait returned during the outage: %v", err)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	h.report(nil)
 	select {

@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"hash/fnv"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -16,13 +15,13 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 const (
-	waitTimeout  = 10 * time.Second
-	pollInterval = 5 * time.Millisecond
+	waitTimeout = 10 * time.Second
 
 	// Seeded objects (kubevirtsim.Seed).
 	seedDebianUID = "2c5e8f1a-4b7d-4e0a-9c3f-6d8b1e4a7c10"
@@ -33,21 +32,10 @@ const (
 	seedNode3     = "kv-node-3-lab-internal"
 )
 
-// eventually polls cond until it holds or waitTimeout passes; cond describes
-// the current state for the failure message.
+// eventually is testutil.Wait with this package's timeout.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, state)
-		}
-		time.Sleep(pollInterval)
-	}
+	testutil.Wait(t, waitTimeout, what, cond)
 }
 
 // checkGoroutines fails the test when goroutines started during it are still
@@ -55,24 +43,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 // it first so that its cleanup runs last.
 func checkGoroutines(t *testing.T) {
 	t.Helper()
-	base := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		const tolerance = 3
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
-			if n <= base+tolerance {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutine leak: %d goroutines before the test, %d after stopping everything\n%s", base, n, buf)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
+	testutil.CheckAtCleanup(t, 5*time.Second)
 }
 
 // env is a fake cluster (kubevirtsim.Seed plus extra objects), optionally

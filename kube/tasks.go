@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -123,6 +124,9 @@ type Tasks struct {
 	// Interval is the fallback re-evaluation period (watch events drive the
 	// rest).
 	Interval time.Duration
+	// passes counts the worker's completed passes over the running tasks,
+	// so that tests can wait for it to have looked at a task.
+	passes atomic.Uint64
 }
 
 func newTasks(c *Cluster) *Tasks {
@@ -321,6 +325,7 @@ func (ts *Tasks) run(ctx context.Context) {
 		// Stale caches must not end tasks: a goal met during an outage
 		// shows only once the caches follow the cluster again.
 		if ts.c.Healthy() != nil {
+			ts.passes.Add(1)
 			continue
 		}
 		now := time.Now()
@@ -335,6 +340,7 @@ func (ts *Tasks) run(ctx context.Context) {
 			lastPrune = now
 			ts.prune(ctx, now)
 		}
+		ts.passes.Add(1)
 	}
 }
 

@@ -70,6 +70,19 @@ func waitRecord(t *testing.T, e *env, ns string, u translate.UPID, exit string) 
 	return cm
 }
 
+// waitPasses waits until the task worker of c has made n passes over the
+// running tasks that began after the call (the one under way may have
+// begun before).
+func waitPasses(t *testing.T, c *Cluster, n uint64) {
+	t.Helper()
+	want := c.Tasks.passes.Load() + 1 + n
+	eventually(t, fmt.Sprintf("%d passes of the task worker", n), func() (bool, string) {
+		c.Tasks.poke()
+		got := c.Tasks.passes.Load()
+		return got >= want, fmt.Sprintf("%d of %d", got, want)
+	})
+}
+
 func call(f func(ctx context.Context, c *Cluster, g Guest) error) func(t *testing.T, e *env, c *Cluster, g Guest) {
 	return func(t *testing.T, e *env, c *Cluster, g Guest) {
 		t.Helper()
@@ -144,7 +157,7 @@ func TestTaskGoals(t *testing.T) {
 		act: func(t *testing.T, e *env, c *Cluster, g Guest) {
 			// The old instance runs, but it is not a new one: the task
 			// still runs after the worker looked at it a few times.
-			time.Sleep(100 * time.Millisecond)
+			waitPasses(t, c, 3)
 			for _, task := range c.Tasks.List("") {
 				if !task.Running() {
 					t.Fatalf("restart task ended while the old instance runs: %s", task.ExitStatus)
@@ -606,7 +619,7 @@ func TestTaskWaitsOutOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // ten worker rounds
+	waitPasses(t, c, 3)
 	if got, err := c.Tasks.Get(e.ctx, task.UPID.String()); err != nil || !got.Running() {
 		t.Fatalf("task judged during the outage: %v %v", got, err)
 	}

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -226,8 +229,9 @@ func TestHTTPImport(t *testing.T) {
 		!strings.Contains(c.Message, "Unable to connect to http data source") || !strings.Contains(c.Message, "lookup fail.invalid: no such host") {
 		t.Errorf("failed import: %s restarts=%d", describeDV(bad), bad.Status.RestartCount)
 	}
-	time.Sleep(200 * time.Millisecond) // past DataVolumeDelay: it never succeeds
-	if dv := e.getDV("bad"); dv.Status.Phase != cdiv1.ImportInProgress || dv.Status.RestartCount != 1 {
+	// Once DataVolumeDelay has passed, a reconcile still does not succeed it.
+	time.Sleep(200 * time.Millisecond)
+	if dv := e.syncedDV("bad"); dv.Status.Phase != cdiv1.ImportInProgress || dv.Status.RestartCount != 1 {
 		t.Errorf("failed import later: %s restarts=%d", describeDV(dv), dv.Status.RestartCount)
 	}
 }
@@ -261,7 +265,9 @@ func TestFailedDataVolumeKeepsVMFromStarting(t *testing.T) {
 	e.createVM(withDataVolume(testVM("broken", virtv1.RunStrategyAlways), "disk", dvt))
 	e.waitDVPhase("broken-disk", cdiv1.Failed)
 	e.waitPrintable("broken", virtv1.VirtualMachineStatusDataVolumeError)
-	time.Sleep(100 * time.Millisecond)
+	if vm := e.synced("broken"); vm.Status.PrintableStatus != virtv1.VirtualMachineStatusDataVolumeError {
+		t.Errorf("after a reconcile: %s", describeVM(vm))
+	}
 	if vmi := e.getVMI("broken"); vmi != nil {
 		t.Fatalf("a VMI started with a failed DataVolume: %s", describeVMI(vmi))
 	}
@@ -362,16 +368,37 @@ func hasDVCondition(dv *cdiv1.DataVolume, t cdiv1.DataVolumeConditionType, s cor
 	return c != nil && c.Status == s
 }
 
+// DisableSnapshots is for API servers without the snapshot.kubevirt.io and
+// clone.kubevirt.io CRDs: the controller runs without listing them, and
+// leaves snapshots and the VMs' volumeSnapshotStatuses alone.
 func TestDisableSnapshots(t *testing.T) {
-	e := newEnv(t, testPVC("web-data", "local-lvm", "1Gi")).run(Options{DisableSnapshots: true})
+	e := newEnv(t, testPVC("web-data", "local-lvm", "1Gi"))
+	snapshotAPIs := []string{"virtualmachinesnapshots", "virtualmachinesnapshotcontents", "virtualmachinerestores", "virtualmachineclones"}
+	fake, isFake := e.kv.(*FakeKubeVirtClientset)
+	if isFake {
+		// As such a server answers: an informer on them never syncs.
+		for _, res := range snapshotAPIs {
+			fake.PrependReactor("list", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewNotFound(a.GetResource().GroupResource(), "")
+			})
+		}
+	}
+	e.run(Options{DisableSnapshots: true})
 	e.createVM(diskVM("web", virtv1.RunStrategyAlways))
 	e.waitRunning("web")
 	e.createSnapshot("s", "web")
-	time.Sleep(100 * time.Millisecond)
+	// The VM controller has reconciled the VM since the snapshot exists.
+	if vm := e.synced("web"); vm.Status.VolumeSnapshotStatuses != nil {
+		t.Errorf("volumeSnapshotStatuses = %+v", vm.Status.VolumeSnapshotStatuses)
+	}
 	if s := e.getSnapshot("s"); s.Status != nil || len(s.Finalizers) != 0 {
 		t.Errorf("snapshot handled: %s", describeSnapshot(s))
 	}
-	if vm := e.getVM("web"); vm.Status.VolumeSnapshotStatuses != nil {
-		t.Errorf("volumeSnapshotStatuses = %+v", vm.Status.VolumeSnapshotStatuses)
+	if isFake {
+		for _, a := range fake.Actions() {
+			if (a.GetVerb() == "list" || a.GetVerb() == "watch") && slices.Contains(snapshotAPIs, a.GetResource().Resource) {
+				t.Errorf("%s %s with snapshots disabled", a.GetVerb(), a.GetResource().Resource)
+			}
+		}
 	}
 }

@@ -273,7 +273,7 @@ func TestFakeWatchFromResourceVersion(t *testing.T) {
 	e := newEnv(t)
 	vms := e.kv.KubevirtV1().VirtualMachines(testNS)
 	vm := e.createVM(testVM("web", virtv1.RunStrategyHalted))
-	e.createVM(testVM("other", virtv1.RunStrategyHalted))
+	other := e.createVM(testVM("other", virtv1.RunStrategyHalted))
 
 	w, err := vms.Watch(e.ctx, metav1.ListOptions{ResourceVersion: vm.ResourceVersion, FieldSelector: "metadata.name=web"})
 	if err != nil {
@@ -285,19 +285,39 @@ func TestFakeWatchFromResourceVersion(t *testing.T) {
 	if _, err := vms.Update(e.ctx, upd, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case ev := <-w.ResultChan():
-		got := ev.Object.(*virtv1.VirtualMachine)
-		if ev.Type == watch.Error || got.Name != "web" || got.Labels["x"] != "1" {
-			t.Fatalf("first event %s %s %v, want the update of web", ev.Type, got.Name, got.Labels)
+	next := func(what string) *virtv1.VirtualMachine {
+		t.Helper()
+		select {
+		case ev := <-w.ResultChan():
+			got, _ := ev.Object.(*virtv1.VirtualMachine)
+			if ev.Type != watch.Modified || got == nil {
+				t.Fatalf("%s: event %s %v", what, ev.Type, ev.Object)
+			}
+			return got
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no watch event", what)
+			return nil
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no watch event")
 	}
-	select {
-	case ev := <-w.ResultChan():
-		t.Fatalf("unexpected extra event %s %v", ev.Type, ev.Object)
-	case <-time.After(50 * time.Millisecond):
+	if got := next("the update of web"); got.Name != "web" || got.Labels["x"] != "1" {
+		t.Fatalf("first event: %s %v, want the update of web", got.Name, got.Labels)
+	}
+	// Nothing else comes: after a change of other (not selected) and one
+	// more of web, the next event is web's.
+	other.Labels = map[string]string{"x": "1"}
+	if _, err := vms.Update(e.ctx, other, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	upd, err = vms.Get(e.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upd.Labels["x"] = "2"
+	if _, err := vms.Update(e.ctx, upd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next("the second update of web"); got.Name != "web" || got.Labels["x"] != "2" {
+		t.Fatalf("event after the first: %s %v, want the second update of web", got.Name, got.Labels)
 	}
 }
 

@@ -18,13 +18,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 const (
 	testStartDelay = 50 * time.Millisecond
 	testStopDelay  = 150 * time.Millisecond
 	waitTimeout    = 15 * time.Second
-	pollInterval   = 5 * time.Millisecond
 	testNS         = "default"
 )
 
@@ -83,23 +84,24 @@ func (e *env) run(opts Options) *env {
 	return e
 }
 
-// eventually polls cond until it holds; cond returns a description of the
-// current state for the failure message.
+// eventually is testutil.Wait with this package's timeout.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var last string
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, last)
-		}
-		time.Sleep(pollInterval)
+	testutil.Wait(t, waitTimeout, what, cond)
+}
+
+// synced waits until the controller has reconciled the VM after every
+// write made so far (SyncBarrier) and returns the VM as it left it. Tests
+// call it before asserting that the controller did not act.
+func (e *env) synced(name string) *virtv1.VirtualMachine {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, waitTimeout)
+	defer cancel()
+	vm, err := SyncBarrier(ctx, e.kv, testNS, name)
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	return vm
 }
 
 func (e *env) createVM(vm *virtv1.VirtualMachine) *virtv1.VirtualMachine {

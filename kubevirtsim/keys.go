@@ -30,6 +30,11 @@ const (
 	// the AgentConnected condition, status.guestOSInfo and guest-side
 	// interface details.
 	AnnotationAgent = "kubevirtsim.caddy-proxmox.io/agent"
+	// AnnotationPodIP on a VMI (or its VM's template metadata) is the
+	// IPv4 address the pod network's CNI gives the VMI's pod, which
+	// KubeVirt reports for its pod-network interface. Tests set a
+	// loopback address they serve on; without it the address is made up.
+	AnnotationPodIP = "kubevirtsim.caddy-proxmox.io/pod-ip"
 	// AnnotationGuestOS selects the guest OS fixture reported through the
 	// agent: "debian" (default) or "windows".
 	AnnotationGuestOS = "kubevirtsim.caddy-proxmox.io/guest-os"

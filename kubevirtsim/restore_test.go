@@ -222,7 +222,10 @@ func TestRestoreLockKeepsVMFromStarting(t *testing.T) {
 	if err := e.kv.KubevirtV1().VirtualMachines(testNS).Start(e.ctx, "web", &virtv1.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The controller has seen the start request under the lock.
+	if vm := e.synced("web"); len(vm.Status.StateChangeRequests) == 0 {
+		t.Fatalf("the start request is gone: %s", describeVM(vm))
+	}
 	if vmi := e.getVMI("web"); vmi != nil {
 		t.Fatalf("a locked VM started: %s", describeVMI(vmi))
 	}

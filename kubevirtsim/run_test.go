@@ -2,18 +2,18 @@ package kubevirtsim
 
 import (
 	"context"
-	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 func TestRunLeavesNoGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
+	before := testutil.GoroutineBaseline()
 
 	k8s, kv := NewFakeClients(Seed()...)
 	c := NewController(kv, k8s, Options{StartDelay: testStartDelay, StopDelay: testStopDelay, Resync: time.Second})
@@ -38,15 +38,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("Run did not return after cancel")
 	}
-	eventually(t, "goroutines back to the baseline", func() (bool, string) {
-		n := runtime.NumGoroutine()
-		if n <= before {
-			return true, ""
-		}
-		buf := make([]byte, 1<<20)
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		return false, fmt.Sprintf("before %d, now %d:\n%s", before, n, stacks)
-	})
+	before.Check(t, waitTimeout)
 
 	if err := c.Run(context.Background()); err == nil {
 		t.Error("a second Run must fail")

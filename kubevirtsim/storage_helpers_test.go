@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	clonev1 "kubevirt.io/api/clone/v1beta1"
 	virtv1 "kubevirt.io/api/core/v1"
 	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
@@ -161,6 +162,30 @@ func (e *cdiEnv) waitDV(name, what string, cond func(*cdiv1.DataVolume) bool) *c
 		return dv != nil && cond(dv), describeDV(dv)
 	})
 	return dv
+}
+
+// syncedDV waits until the DataVolume controller has reconciled the
+// DataVolume after every write made so far, and returns it as that
+// reconcile left it: it overwrites status.progress with a value no
+// controller writes and waits for the controller to put its own back (as
+// SyncBarrier does for VMs).
+func (e *cdiEnv) syncedDV(name string) *cdiv1.DataVolume {
+	e.t.Helper()
+	const barrier = cdiv1.DataVolumeProgress("SyncBarrier")
+	dvs := e.cdi.CdiV1beta1().DataVolumes(testNS)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dv, err := dvs.Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		dv.Status.Progress = barrier
+		_, err = dvs.UpdateStatus(e.ctx, dv, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("sync barrier on DataVolume %s: %v", name, err)
+	}
+	return e.waitDV(name, "a reconcile after the barrier", func(dv *cdiv1.DataVolume) bool { return dv.Status.Progress != barrier })
 }
 
 func (e *cdiEnv) waitDVPhase(name string, phase cdiv1.DataVolumePhase) *cdiv1.DataVolume {

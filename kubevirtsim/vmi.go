@@ -105,7 +105,13 @@ func (c *Controller) syncVMI(ctx context.Context, vm *virtv1.VirtualMachine, vmi
 		c.schedule(vmi, node, now)
 		written, _, err := c.writeVMI(ctx, orig, vmi, 0)
 		if err != nil || written == nil {
-			c.unassume(vmi.UID)
+			// A conflict may mean an earlier pass placed the VMI already
+			// and the cache has not caught up: the assumption stays until
+			// the retry, which picks again (and replaces it) or finds the
+			// VMI placed. Only a VMI that is gone places nothing.
+			if err == nil {
+				c.unassume(vmi.UID)
+			}
 			return written, 0, err
 		}
 		// virt-handler starts the domain right after the pod is ready.
@@ -431,6 +437,9 @@ func interfaceStatus(vmi *virtv1.VirtualMachineInstance, agent bool) []virtv1.Vi
 			ips = []string{
 				fmt.Sprintf("10.244.%d.%d", h[3], 2+int(h[4])%252),
 				fmt.Sprintf("fd00:10:244:%x::%x", h[3], 2+int(h[4])%252),
+			}
+			if ip := vmi.Annotations[AnnotationPodIP]; ip != "" {
+				ips[0] = ip
 			}
 		} else {
 			st.PodInterfaceName = fmt.Sprintf("pod%x", h[5:10])

@@ -168,42 +168,16 @@ func (i lxcIface) candidates() []candidate {
 
 // discoverAddress finds the guest's IP: for LXC, the config's interfaces
 // matched against /interfaces (works with DHCP), else its static ip=;
-// for QEMU, cloud-init's static ipconfigN, else the guest agent's
-// interfaces. An empty
-// result without error means "not known yet" (the guest is still
-// configuring its network), so the caller retries. A 401/403 is returned
-// as is: the caller ends the wake.
-func discoverAddress(ctx context.Context, c *proxmox.Client, t target, nc netConfig) (string, error) {
-	static := nc.static()
+// for QEMU, see discoverQEMU. An empty result without error means "not
+// known yet" (the guest is still configuring its network), so the
+// caller retries. A 401/403 is returned as is: the caller ends the wake.
+// confirm, when not nil, tells whether the guest's service answers at an
+// address (the readiness probe).
+func discoverAddress(ctx context.Context, c *proxmox.Client, t target, nc netConfig, confirm func(host string) bool) (string, error) {
 	if t.kind == "qemu" {
-		// Cloud-init configures the static address itself: no need to
-		// ask the agent (nor to hold its privilege).
-		if static != "" {
-			return static, nil
-		}
-		if !nc.agent {
-			return "", errNoAgent
-		}
-		ifaces, err := c.NodeRef(t.node).VirtualMachineRef(t.vmid).AgentGetNetworkIFaces(ctx)
-		switch {
-		case isPermission(err):
-			return "", err
-		case err != nil && strings.Contains(err.Error(), "No QEMU guest agent configured"):
-			return "", errNoAgent
-		case err != nil:
-			// "QEMU guest agent is not running" while the VM boots.
-			return "", nil
-		}
-		var cands []candidate
-		for _, ifc := range ifaces {
-			for _, a := range ifc.IPAddresses {
-				if a != nil {
-					cands = append(cands, candidate{mac: strings.ToLower(ifc.HardwareAddress), name: ifc.Name, ip: a.IPAddress})
-				}
-			}
-		}
-		return pick(nc, cands), nil
+		return discoverQEMU(ctx, c, t, nc, confirm)
 	}
+	static := nc.static()
 	var ifaces []lxcIface
 	if err := c.Get(ctx, t.path("interfaces"), &ifaces); err != nil {
 		if isPermission(err) {
@@ -219,6 +193,57 @@ func discoverAddress(ctx context.Context, c *proxmox.Client, t target, nc netCon
 		return a, nil
 	}
 	return static, nil
+}
+
+// discoverQEMU finds a VM's address. The guest agent's word comes first:
+// an address it reports on the config's interfaces (matched by MAC) is
+// where the guest is. cloud-init's static ipconfigN is the address
+// configured inside the guest: on a bridged PVE network it is the
+// reachable one too, but behind NAT (KubeVirt's masquerade pod network
+// through proxmox_api, a PVE NAT bridge) it is not. So ipconfigN serves
+// without asking when the agent cannot answer (none configured, or no
+// privilege to ask it: a static VM needs none), and, while the agent is
+// not running yet or reports no address there, once the service answers
+// at it (confirm): an agent enabled in the config but never installed in
+// the guest must not keep a static VM from waking.
+func discoverQEMU(ctx context.Context, c *proxmox.Client, t target, nc netConfig, confirm func(host string) bool) (string, error) {
+	static := nc.static()
+	if !nc.agent {
+		if static != "" {
+			return static, nil
+		}
+		return "", errNoAgent
+	}
+	ifaces, err := c.NodeRef(t.node).VirtualMachineRef(t.vmid).AgentGetNetworkIFaces(ctx)
+	switch {
+	case isPermission(err) && static != "":
+		return static, nil
+	case isPermission(err):
+		return "", err
+	case err != nil && strings.Contains(err.Error(), "No QEMU guest agent configured"):
+		if static != "" {
+			return static, nil
+		}
+		return "", errNoAgent
+	case err == nil:
+		var cands []candidate
+		for _, ifc := range ifaces {
+			for _, a := range ifc.IPAddresses {
+				if a != nil {
+					cands = append(cands, candidate{mac: strings.ToLower(ifc.HardwareAddress), name: ifc.Name, ip: a.IPAddress})
+				}
+			}
+		}
+		if a := pick(nc, cands); a != "" {
+			return a, nil
+		}
+	}
+	// "QEMU guest agent is not running" (the VM boots, or has no agent
+	// installed), or no address on the configured interfaces yet.
+	if static != "" && (confirm == nil || confirm(static)) {
+		return static, nil
+	}
+	return "", nil
 }
 
 // pick returns the address to proxy to. When the config lists

@@ -1,8 +1,15 @@
 package lxc
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
+	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
 func TestParseNetConfig(t *testing.T) {
@@ -66,5 +73,93 @@ func TestLXCInterfaceFormats(t *testing.T) {
 	old := lxcIface{Name: "eth0", HWAddr: "bc:24:11:00:00:01", Inet6: "fd00::9/64"}
 	if got := fmt.Sprint(old.candidates()); got != "[{bc:24:11:00:00:01 eth0 fd00::9}]" {
 		t.Fatalf("older format: %s", got)
+	}
+}
+
+// A VM's address: what its guest agent reports on the config's interfaces
+// comes before cloud-init's ipconfig0, which is the address inside the
+// guest (behind KubeVirt's masquerade pod network, 10.0.2.2, not one to
+// proxy to). ipconfig0 serves when the agent cannot answer, and while it
+// does not (yet), once the service answers there.
+func TestDiscoverQEMU(t *testing.T) {
+	const ip = "127.0.0.170"
+	type want struct {
+		addr   string
+		err    string
+		agents int // agent calls made
+	}
+	for _, c := range []struct {
+		name    string
+		spec    pvesim.GuestSpec
+		privs   []string // nil: all
+		answers string   // where the service answers (confirm); "" nowhere
+		noProbe bool     // confirm nil (pre_stop_check's lookup)
+		want    want
+	}{
+		{name: "NAT: the agent's address, not ipconfig0's",
+			spec: pvesim.GuestSpec{CloudInit: true, CloudInitIP: "10.0.2.2"}, answers: "10.0.2.2", want: want{ip, "", 1}},
+		{name: "bridged: the agent reports ipconfig0's address",
+			spec: pvesim.GuestSpec{CloudInit: true}, want: want{ip, "", 1}},
+		{name: "agent booting, NAT address not answering: wait",
+			spec: pvesim.GuestSpec{CloudInit: true, CloudInitIP: "10.0.2.2", BootDelay: time.Hour}, want: want{"", "", 1}},
+		{name: "agent never installed: ipconfig0 once the service answers there",
+			spec: pvesim.GuestSpec{CloudInit: true, AgentNotRunning: true}, answers: ip, want: want{ip, "", 1}},
+		{name: "agent never installed, service not up yet: wait",
+			spec: pvesim.GuestSpec{CloudInit: true, AgentNotRunning: true}, want: want{"", "", 1}},
+		{name: "agent not running, no probe to confirm: ipconfig0",
+			spec: pvesim.GuestSpec{CloudInit: true, AgentNotRunning: true}, noProbe: true, want: want{ip, "", 1}},
+		{name: "no agent configured: ipconfig0 without asking",
+			spec: pvesim.GuestSpec{CloudInit: true, CloudInitIP: "10.0.2.2", NoAgent: true}, want: want{"10.0.2.2", "", 0}},
+		{name: "no agent privilege: ipconfig0, as PVE users were promised",
+			spec: pvesim.GuestSpec{CloudInit: true}, privs: []string{"VM.Audit", "VM.PowerMgmt"}, want: want{ip, "", 1}},
+		{name: "no agent privilege and no ipconfig0: the permission error",
+			spec: pvesim.GuestSpec{}, privs: []string{"VM.Audit", "VM.PowerMgmt"}, want: want{"", "403", 1}},
+		{name: "no agent configured and no ipconfig0: address needed",
+			spec: pvesim.GuestSpec{NoAgent: true}, want: want{"", "set address", 0}},
+		{name: "DHCP, agent booting: wait",
+			spec: pvesim.GuestSpec{BootDelay: time.Hour}, answers: ip, want: want{"", "", 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sim := pvesim.New(pvesim.Options{})
+			spec := c.spec
+			spec.VMID, spec.Kind, spec.IP, spec.Running = 170, "qemu", ip, true
+			spec.Port = testutil.FreePort(t)
+			if err := sim.AddGuest(spec); err != nil {
+				t.Fatal(err)
+			}
+			if c.privs != nil {
+				sim.SetPrivileges("/vms", c.privs...)
+			}
+			url, err := sim.Listen("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sim.Close()
+			client, err := newClient(ClusterConfig{RequestTimeout: 5 * time.Second}, []string{url}, sim.TokenID(), sim.TokenSecret())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			tgt := target{node: sim.Node(170), kind: "qemu", vmid: 170}
+			nc, err := readNetConfig(ctx, client, tgt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var probed []string
+			confirm := func(h string) bool { probed = append(probed, h); return h == c.answers }
+			if c.noProbe {
+				confirm = nil
+			}
+			got, err := discoverAddress(ctx, client, tgt, nc, confirm)
+			if got != c.want.addr || (err == nil) != (c.want.err == "") || (err != nil && !strings.Contains(err.Error(), c.want.err)) {
+				t.Fatalf("%q, %v; want %q, %q (probed %v)", got, err, c.want.addr, c.want.err, probed)
+			}
+			if n := sim.CallsMatching("/agent/network-get-interfaces"); n != c.want.agents {
+				t.Errorf("agent asked %d times, want %d", n, c.want.agents)
+			}
+			if slices.Contains(probed, "10.0.2.2") && got == ip {
+				t.Errorf("probed the NAT address although the agent answered: %v", probed)
+			}
+		})
 	}
 }

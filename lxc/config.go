@@ -116,6 +116,7 @@ const (
 	ProbeTCP  = "tcp"
 	ProbeHTTP = "http"
 	ProbeNone = "none"
+	ProbeUDP  = "udp"
 )
 
 // GuestConfig is how one guest is woken, checked and put to sleep.
@@ -134,7 +135,8 @@ type GuestConfig struct {
 	Address string
 	// Port is the service port probed and proxied to.
 	Port int
-	// Probe is tcp, http or none; ProbePath is the http probe's path.
+	// Probe is tcp, http, udp or none. ProbePath is the http probe's
+	// path, or the datagram the udp probe sends (ready on any answer).
 	Probe     string
 	ProbePath string
 	// ProbeInterval is the period of readiness checks.
@@ -235,8 +237,12 @@ func (c GuestConfig) Validate() error {
 		if !strings.HasPrefix(c.ProbePath, "/") {
 			return fmt.Errorf("probe http path %q must start with /", c.ProbePath)
 		}
+	case ProbeUDP:
+		if c.ProbePath == "" {
+			return errors.New("probe udp needs the datagram to send, which the service answers when ready")
+		}
 	default:
-		return fmt.Errorf("probe %q must be tcp, http or none", c.Probe)
+		return fmt.Errorf("probe %q must be tcp, http, udp or none", c.Probe)
 	}
 	if c.Port < 1 || c.Port > 65535 {
 		return fmt.Errorf("port %d out of range", c.Port)

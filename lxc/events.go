@@ -23,6 +23,10 @@ type Event struct {
 	Final bool `json:"final,omitempty"`
 	// RetryAfter, on errors, is how long until a new wake may be tried.
 	RetryAfter time.Duration `json:"-"`
+	// Update marks a step that replaces the one before it when that has
+	// the same phase (the count of readiness checks): the history keeps
+	// the latest, and the loading page updates its line.
+	Update bool `json:"update,omitempty"`
 }
 
 // progress is a broadcast of the events of the current wake, replayed to
@@ -33,8 +37,8 @@ type progress struct {
 	subs map[chan Event]struct{}
 }
 
-// maxHistory bounds the replay buffer (probing emits one event per try,
-// but only the first few and every tenth are kept).
+// maxHistory bounds the replay buffer (the probing steps, one per
+// readiness check, take a single place).
 const maxHistory = 64
 
 func (p *progress) reset() {
@@ -49,7 +53,10 @@ func (p *progress) emit(e Event) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.hist) < maxHistory || e.Final {
+	switch n := len(p.hist); {
+	case e.Update && n > 0 && p.hist[n-1].Phase == e.Phase:
+		p.hist[n-1] = e
+	case n < maxHistory || e.Final:
 		p.hist = append(p.hist, e)
 	}
 	for ch := range p.subs {

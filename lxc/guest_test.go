@@ -71,6 +71,13 @@ func TestBackoffEndsOnChange(t *testing.T) {
 			if c.want != StateRunning && refused == c.wakeAgain {
 				t.Fatalf("wake refused=%v after %s", refused, c.name)
 			}
+			// A wake that went ahead fails at once on the stopped runtime;
+			// it must be over before the test ends (it logs).
+			select {
+			case <-op.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the wake did not end")
+			}
 		})
 	}
 }

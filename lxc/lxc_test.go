@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
@@ -51,7 +52,7 @@ func TestParseWindow(t *testing.T) {
 // wake directly, without Caddy.
 func TestWakeIdleCycle(t *testing.T) {
 	sim := pvesim.New(pvesim.Options{TaskDelay: 20 * time.Millisecond})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 150, Name: "unit", IP: "127.0.0.150", Port: port}); err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +62,9 @@ func TestWakeIdleCycle(t *testing.T) {
 	}
 	defer sim.Close()
 	logger := zaptest.NewLogger(t)
+	// Acquiring a cluster and a guest must not start anything: no
+	// goroutine exists afterwards that could call the API before Start.
+	before := testutil.GoroutineBaseline()
 	c, err := AcquireCluster(ClusterConfig{Name: "unit", URLs: []string{url}, TokenID: sim.TokenID(), TokenSecret: sim.TokenSecret(), PollInterval: 50 * time.Millisecond}, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +77,7 @@ func TestWakeIdleCycle(t *testing.T) {
 	}
 	defer b.Release()
 	g := b.Guest()
-	time.Sleep(150 * time.Millisecond)
+	before.Check(t, 0)
 	if sim.TotalCalls() != 0 {
 		t.Fatalf("API called before Start: %v", sim.CallCounts())
 	}
@@ -99,13 +103,16 @@ func TestWakeIdleCycle(t *testing.T) {
 	if up, ok := g.Upstream(0); !ok || up != net.JoinHostPort("127.0.0.150", fmt.Sprint(port)) {
 		t.Fatalf("upstream %q %v", up, ok)
 	}
+	// A request in flight past the idle timeout (time is the input here):
+	// the idle check, run now, must leave the guest up.
 	end := g.Begin(false)
-	time.Sleep(400 * time.Millisecond)
-	if sim.Status(150) != "running" {
-		t.Fatal("stopped while a request was in flight")
+	time.Sleep(cfg.IdleTimeout + 50*time.Millisecond)
+	g.idleCheck()
+	if st := g.State(); st == StateStopping || st == StateStopped || sim.Status(150) != "running" || sim.ActionCalls(150, "shutdown") != 0 {
+		t.Fatalf("stopped while a request was in flight: state %s, status %s, calls %v", st, sim.Status(150), sim.CallCounts())
 	}
 	end()
-	waitFor(t, 3*time.Second, func() bool { return sim.Status(150) == "stopped" && g.State() == StateStopped })
+	testutil.WaitFor(t, 3*time.Second, "the idle stop", func() bool { return sim.Status(150) == "stopped" && g.State() == StateStopped })
 	if sim.ActionCalls(150, "shutdown") != 1 {
 		t.Fatalf("calls %v", sim.CallCounts())
 	}
@@ -119,34 +126,13 @@ func TestWakeIdleCycle(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestHAStopStaysStopping: an HA-managed container's stop task only asks
 // HA; the guest stays "stopping" (not proxied, requests held) for as long
 // as PVE still runs it, and gets HA's hard stop, never a shutdown HA
 // could leave in its error state.
 func TestHAStopStaysStopping(t *testing.T) {
 	sim := pvesim.New(pvesim.Options{TaskDelay: 10 * time.Millisecond, HADelay: 300 * time.Millisecond})
-	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 150, IP: "127.0.0.151", Port: freePort(t), HA: true, Running: true}); err != nil {
+	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 150, IP: "127.0.0.151", Port: testutil.FreePort(t), HA: true, Running: true}); err != nil {
 		t.Fatal(err)
 	}
 	url, err := sim.Listen("127.0.0.1:0")
@@ -167,11 +153,11 @@ func TestHAStopStaysStopping(t *testing.T) {
 	defer b.Release()
 	g := b.Guest()
 	c.Start()
-	waitFor(t, 3*time.Second, func() bool { return g.State() == StateRunning })
+	testutil.WaitFor(t, 3*time.Second, "the guest running", func() bool { return g.State() == StateRunning })
 	if err := g.Sleep("admin"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*time.Second, func() bool { return sim.ActionCalls(150, "stop") == 1 })
+	testutil.WaitFor(t, 3*time.Second, "HA's stop call", func() bool { return sim.ActionCalls(150, "stop") == 1 })
 	// The guest's state is read first: once PVE stopped the guest, nothing
 	// starts it again, so "running" after it means running during it.
 	for {
@@ -184,7 +170,7 @@ func TestHAStopStaysStopping(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	waitFor(t, 3*time.Second, func() bool { return g.State() == StateStopped })
+	testutil.WaitFor(t, 3*time.Second, "the guest stopped", func() bool { return g.State() == StateStopped })
 	if sim.ActionCalls(150, "shutdown") != 0 || sim.HAState(150) != "stopped" {
 		t.Fatalf("calls %v, HA state %s", sim.CallCounts(), sim.HAState(150))
 	}

@@ -176,7 +176,7 @@ func (g *Guest) checkAddress(ctx context.Context, cfg GuestConfig) (string, erro
 	if err != nil {
 		return "", err
 	}
-	a, err := discoverAddress(ctx, c.Client(), t, nc)
+	a, err := discoverAddress(ctx, c.Client(), t, nc, nil)
 	if err == nil && a == "" {
 		err = errors.New("not known yet")
 	}

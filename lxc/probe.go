@@ -20,12 +20,15 @@ var probeClient = &http.Client{
 	Timeout: 3 * time.Second,
 }
 
-// probe checks once that the guest's service answers.
+// probe checks once that the guest's service answers; path is the http
+// probe's path, or the datagram the udp probe sends.
 func probe(ctx context.Context, kind, host string, port int, path string) error {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	switch kind {
 	case ProbeNone:
 		return nil
+	case ProbeUDP:
+		return probeUDP(ctx, addr, []byte(path))
 	case ProbeHTTP:
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 		if err != nil {

@@ -3,6 +3,7 @@ package lxc
 import (
 	"context"
 	"encoding/json"
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestShareActivityBounded(t *testing.T) {
 	g.mu.Unlock()
 	// The last request's activity gets written: by the first write if it
 	// came after them all, else by the one at the end of the interval.
-	waitFor(t, 2*time.Second, func() bool {
+	testutil.WaitFor(t, 2*time.Second, "the last activity written", func() bool {
 		_, rec := st.count()
 		return rec.LastActivity.Equal(last)
 	})
@@ -69,9 +70,9 @@ func TestShareActivityBounded(t *testing.T) {
 	// A stream open for three intervals: written as busy every interval.
 	before, _ := st.count()
 	end := g.Begin(true)
-	waitFor(t, 3*time.Second, func() bool { n, rec := st.count(); return n >= before+3 && rec.Busy })
+	testutil.WaitFor(t, 3*time.Second, "three busy writes", func() bool { n, rec := st.count(); return n >= before+3 && rec.Busy })
 	end()
-	waitFor(t, 2*time.Second, func() bool { _, rec := st.count(); return !rec.Busy })
+	testutil.WaitFor(t, 2*time.Second, "an idle write", func() bool { _, rec := st.count(); return !rec.Busy })
 }
 
 // An idle stop waits for another instance's recent activity (plus one

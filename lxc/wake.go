@@ -291,6 +291,9 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 	host := cfg.Address
 	client := c.Client()
 	var nc *netConfig // read once, on the first try that can
+	// A static address the agent has not (yet) reported is taken once the
+	// service answers there (discoverQEMU).
+	confirm := func(h string) bool { return probe(ctx, cfg.Probe, h, cfg.Port, cfg.ProbePath) == nil }
 	for host == "" {
 		var a string
 		var err error
@@ -302,7 +305,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 			}
 		}
 		if nc != nil {
-			a, err = discoverAddress(ctx, client, t, *nc)
+			a, err = discoverAddress(ctx, client, t, *nc, confirm)
 		}
 		if err != nil {
 			if isPermission(err) {
@@ -331,9 +334,7 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 		if err == nil {
 			break
 		}
-		if i <= 3 || i%10 == 0 {
-			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", i), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90)})
-		}
+		g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", i), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90), Update: true})
 		if !sleepCtx(ctx, cfg.ProbeInterval) {
 			return deps, fmt.Errorf("service on %s port %d not answering: %v", host, cfg.Port, err)
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 // The next opening of a window, in the config's time zone, across days,
@@ -69,7 +71,7 @@ func TestKeepWarmStartsAtWindowOpening(t *testing.T) {
 	if waking || !armed {
 		t.Fatalf("before the window: waking %v, armed %v", waking, armed)
 	}
-	waitFor(t, 3*time.Second, func() bool {
+	testutil.WaitFor(t, 3*time.Second, "the failed keep-warm start", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		return g.state == StateFailed && g.lastErr != ""

@@ -253,7 +253,7 @@ func (s *Sim) guestRouteLocked(method string, g *guest, seg []string, params map
 		if g.status != "running" {
 			return nil, nil, newErr(500, "VM %d is not running", g.spec.VMID)
 		}
-		if g.paused() || time.Since(g.since) < g.spec.BootDelay {
+		if g.paused() || time.Since(g.since) < g.spec.BootDelay || g.spec.AgentNotRunning {
 			return nil, nil, newErr(500, "QEMU guest agent is not running")
 		}
 		return g.agentInterfacesLocked(), nil, nil

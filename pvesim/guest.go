@@ -35,6 +35,7 @@ type guest struct {
 	usage usageModel
 
 	ln           net.Listener
+	echo         *echoServers
 	srv          *http.Server
 	servingSince time.Time
 	hijacked     *connSet
@@ -132,6 +133,7 @@ func (g *guest) serveLocked() {
 	}
 	g.ln, g.srv, g.servingSince = ln, srv, time.Now()
 	go func() { _ = srv.Serve(ln) }()
+	g.startEchoLocked()
 	g.sim.logf("pvesim: guest %d serves on %s", g.spec.VMID, addr)
 }
 
@@ -142,6 +144,7 @@ func (g *guest) unserveLocked() {
 		_ = g.srv.Close()
 		g.hijacked.closeAll()
 	}
+	g.stopEchoLocked()
 	g.ln, g.srv = nil, nil
 }
 

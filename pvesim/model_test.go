@@ -9,6 +9,8 @@ import (
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 // The behaviours below are PVE's, each checked against its source (see
@@ -28,7 +30,7 @@ func simWith(t *testing.T, opts Options, specs ...GuestSpec) (*Sim, *proxmox.Cli
 			sp.IP = fmt.Sprintf("127.0.0.%d", 70+i)
 		}
 		if sp.Port == 0 {
-			sp.Port = freePort(t)
+			sp.Port = testutil.FreePort(t)
 		}
 		if err := s.AddGuest(sp); err != nil {
 			t.Fatal(err)
@@ -82,13 +84,7 @@ func rows(t *testing.T, c *proxmox.Client) []map[string]any {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, what, cond)
 }
 
 // HA start and stop tasks only ask HA: they end OK while the guest has
@@ -124,7 +120,8 @@ func TestHAShutdownTimeoutAndErrorState(t *testing.T) {
 	s, c := simWith(t, Options{HADelay: 30 * time.Millisecond},
 		GuestSpec{VMID: 100, HA: true, Running: true, ShutdownDelay: 3 * time.Second},
 		GuestSpec{VMID: 200, Kind: "qemu", HA: true, Running: true, ShutdownDelay: 3 * time.Second},
-		GuestSpec{VMID: 101, HA: true, Running: true, ShutdownDelay: 3 * time.Second})
+		GuestSpec{VMID: 101, HA: true, Running: true, ShutdownDelay: 3 * time.Second},
+		GuestSpec{VMID: 102, HA: true})
 	if _, err := post(t, c, "pve1", "lxc", 100, "shutdown", map[string]any{"timeout": 1, "forceStop": true}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +140,12 @@ func TestHAShutdownTimeoutAndErrorState(t *testing.T) {
 	if _, err := post(t, c, "pve1", "lxc", 100, "stop", nil); err != nil {
 		t.Fatalf("request in error: %v", err)
 	}
-	time.Sleep(200 * time.Millisecond) // several HA rounds
+	// HA has gone through the rounds that request would take: a start
+	// asked after it (a round, then the start) is done.
+	if _, err := post(t, c, "pve1", "lxc", 102, "start", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the later start", func() bool { return s.Status(102) == "running" })
 	if s.Status(100) != "running" || s.HAState(100) != "error" {
 		t.Fatal("a request left the error state")
 	}

@@ -193,9 +193,12 @@ func (g *guest) configLocked() map[string]any {
 		}
 		if g.spec.CloudInit {
 			cfg["ide2"] = fmt.Sprintf("local-lvm:vm-%d-cloudinit,media=cdrom", g.spec.VMID)
-			if g.ipv6() {
+			switch {
+			case g.spec.CloudInitIP != "":
+				cfg["ipconfig0"] = fmt.Sprintf("ip=%s/24", g.spec.CloudInitIP)
+			case g.ipv6():
 				cfg["ipconfig0"] = fmt.Sprintf("ip6=%s/128,gw6=fe80::1", g.spec.IP)
-			} else {
+			default:
 				cfg["ipconfig0"] = fmt.Sprintf("ip=%s/8,gw=127.0.0.1", g.spec.IP)
 			}
 		}

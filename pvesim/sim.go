@@ -66,6 +66,15 @@ type GuestSpec struct {
 	// CloudInit gives a QEMU guest its address statically in ipconfig0
 	// (cloud-init) instead of DHCP.
 	CloudInit bool
+	// CloudInitIP, with CloudInit, is ipconfig0's address when it is not
+	// the one the guest is reached at (IP, which its guest agent reports):
+	// the address inside a NAT, such as KubeVirt's masquerade 10.0.2.2
+	// behind proxmox_api.
+	CloudInitIP string
+	// AgentNotRunning enables the guest agent in a QEMU guest's config
+	// but has it never answer ("QEMU guest agent is not running"), as when
+	// the agent is not installed in the guest.
+	AgentNotRunning bool
 	// Template marks the guest a template: it is never started.
 	Template bool
 	// HA puts the guest under pve-ha-manager: start and stop requests
@@ -90,6 +99,11 @@ type GuestSpec struct {
 	Handler http.Handler
 	// Tags are the guest's Proxmox tags (its config's "tags").
 	Tags []string
+	// EchoTCP are ports on IP where the guest also serves a TCP echo
+	// while it serves HTTP (an SSH server or a database, for layer4
+	// wakes); EchoUDP the same for a UDP echo (a game server).
+	EchoTCP []int
+	EchoUDP []int
 }
 
 // Iface is an interface inside a guest that PVE's config does not list.

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 func newTestSim(t *testing.T) (*Sim, *proxmox.Client) {
 	t.Helper()
 	s := New(Options{Nodes: []string{"pve1", "pve2"}, TaskDelay: 30 * time.Millisecond})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	if err := s.AddGuest(GuestSpec{VMID: 100, Name: "web", IP: "127.0.0.61", Port: port}); err != nil {
 		t.Fatal(err)
 	}
@@ -28,21 +30,6 @@ func newTestSim(t *testing.T) (*Sim, *proxmox.Client) {
 	t.Cleanup(func() { _ = s.Close() })
 	c := proxmox.NewClient(url+"/api2/json", proxmox.WithAPIToken(s.TokenID(), s.TokenSecret()), proxmox.WithTimeout(5*time.Second))
 	return s, c
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	s := New(Options{})
-	url, err := s.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Close()
-	var p int
-	for _, r := range url[strings.LastIndex(url, ":")+1:] {
-		p = p*10 + int(r-'0')
-	}
-	return p
 }
 
 func TestGoProxmoxLifecycle(t *testing.T) {

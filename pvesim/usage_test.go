@@ -2,6 +2,7 @@ package pvesim
 
 import (
 	"context"
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"io"
 	"net/http"
 	"testing"
@@ -16,7 +17,7 @@ import (
 // current is live.
 func TestUsageCounters(t *testing.T) {
 	s := New(Options{TaskDelay: 10 * time.Millisecond, StatInterval: 200 * time.Millisecond})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	if err := s.AddGuest(GuestSpec{VMID: 100, IP: "127.0.0.63", Port: port, Running: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 func TestEnv(t *testing.T) {
@@ -170,13 +172,14 @@ func TestEnv(t *testing.T) {
 			t.Fatalf("alice list VMs before binding = %v, want 403", err)
 		}
 		bind(t, e, ns, "pve-admins-edit", "kubevirt.io:edit", rbacv1.Subject{Kind: "Group", APIGroup: rbacv1.GroupName, Name: "pve-admins"})
-		eventually(t, func() error {
+		// RBAC changes reach the authorizer through an informer.
+		testutil.WaitNoError(t, 10*time.Second, "alice's binding to take effect", func() error {
 			_, err := alice.KubevirtV1().VirtualMachines(ns).List(ctx, metav1.ListOptions{})
 			return err
 		})
 		// The built-in view role has the KubeVirt rules aggregated into it.
 		bind(t, e, ns, "bob-view", "view", rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: "bob"})
-		eventually(t, func() error {
+		testutil.WaitNoError(t, 10*time.Second, "bob's binding to take effect", func() error {
 			_, err := bob.KubevirtV1().VirtualMachines(ns).Get(ctx, "vm1", metav1.GetOptions{})
 			return err
 		})
@@ -402,23 +405,6 @@ func bind(t *testing.T, e *Env, ns, name, role string, subject rbacv1.Subject) {
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually retries f for a few seconds: RBAC changes reach the
-// authorizer through an informer.
-func eventually(t *testing.T, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -23,6 +23,8 @@ import (
 	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
 	"kubevirt.io/client-go/kubevirt"
 	kvcorev1 "kubevirt.io/client-go/kubevirt/typed/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 // handlerCall is one request virt-api made to the stand-in virt-handler.
@@ -208,7 +210,7 @@ func TestVirtAPI(t *testing.T) {
 		if err := e.SetFeatureGates(ctx, "Snapshot"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, func() error { _, err := snaps.Create(ctx, snap, dry); return err })
+		testutil.WaitNoError(t, 10*time.Second, "the Snapshot gate to take effect", func() error { _, err := snaps.Create(ctx, snap, dry); return err })
 	})
 
 	t.Run("a view without virt-api", func(t *testing.T) {

@@ -79,6 +79,9 @@ func configStrings(vm *kubevirtv1.VirtualMachine, claims ClaimLookup) (map[strin
 	if vm.Labels[LabelTemplate] == "true" {
 		cfg["template"] = "1"
 	}
+	if adopted {
+		cfg["agent"] = AgentConfig(vm)
+	}
 	qemuServerForms(cfg)
 	if vm.Spec.Template != nil {
 		for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {

@@ -95,6 +95,18 @@ func PID(vmi *kubevirtv1.VirtualMachineInstance) int {
 	return 1000 + int(h.Sum32()%4000000)
 }
 
+// AgentConfig is the VM's agent setting as its PVE config shows it: the
+// stored one for a VM made through this API (PVE's, where agent is what
+// the user set); "1" for a VM made outside it, whose instances do have
+// the guest agent's channel: KubeVirt adds org.qemu.guest_agent.0 to
+// every domain.
+func AgentConfig(vm *kubevirtv1.VirtualMachine) string {
+	if _, made := vm.Annotations[AnnotationConfig]; !made {
+		return "1"
+	}
+	return StoredConfig(vm)["agent"]
+}
+
 // AgentEnabled tells whether the PVE config enables the guest agent
 // ("1" or "1,..." or "enabled=1,...").
 func AgentEnabled(agent string) bool {

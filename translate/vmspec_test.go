@@ -254,6 +254,31 @@ func TestConfigViewPreexisting(t *testing.T) {
 	if v["net0"] != "virtio=02:00:00:AA:BB:CC,bridge=vmbr0" {
 		t.Fatalf("net0 %v", v["net0"])
 	}
+	// Every KubeVirt domain has the guest agent's channel.
+	if v["agent"] != "1" || AgentConfig(vm) != "1" {
+		t.Fatalf("agent %v", v["agent"])
+	}
+}
+
+// TestAgentConfig: a VM made through the API has the agent it was made
+// with, as in PVE; one made outside it has KubeVirt's, always there.
+func TestAgentConfig(t *testing.T) {
+	for _, c := range []struct {
+		cfg  map[string]string
+		want string
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"agent": "1"}, "1"},
+		{map[string]string{"agent": "0"}, "0"},
+	} {
+		vm := buildOK(t, c.cfg)
+		if got := AgentConfig(vm); got != c.want {
+			t.Errorf("%v: agent %q, want %q", c.cfg, got, c.want)
+		}
+		if v, ok := ConfigView(vm, nil)["agent"]; (c.want == "") == ok || (ok && v != c.want) {
+			t.Errorf("%v: view shows agent %v", c.cfg, v)
+		}
+	}
 }
 
 func TestPendingView(t *testing.T) {

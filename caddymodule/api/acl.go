@@ -283,7 +283,7 @@ func (h *APIHandler) authorize(q *request, checks []check) *apiError {
 	return nil
 }
 
-// needs returns what the route pattern requires of the caller. The
+// needFunc returns what a route requires of the caller (route.needs). The
 // checks mirror the permissions blocks of PVE's API schema; a VM that
 // does not exist is left to the endpoint, which answers PVE's
 // "does not exist".
@@ -301,12 +301,8 @@ func vmNeeds(privs ...string) needFunc {
 
 // pathGuest is the VM the path's {vmid} names, if it exists.
 func pathGuest(q *request) (kube.Guest, bool) {
-	id, err := translate.ParseVMID(q.r.PathValue("vmid"))
-	if err != nil {
-		return kube.Guest{}, false
-	}
-	g, err := q.c.Guest(id)
-	return g, err == nil
+	v := q.pathVM()
+	return v.g, v.idErr == nil && v.err == nil
 }
 
 func nodeNeeds(privs ...string) needFunc {
@@ -545,62 +541,6 @@ func volumeDeleteNeeds(h *APIHandler, q *request) []check {
 		}
 	}
 	return []check{{path: "/storage/" + q.r.PathValue("storage"), ns: ns, privs: []string{"Datastore.Allocate"}}}
-}
-
-// routeNeeds lists the permission of every route that has one; routes not
-// listed need only authentication (or filter what they show).
-var routeNeeds = map[string]needFunc{
-	"GET /nodes/{node}/status":                                    nodeNeeds("Sys.Audit"),
-	"GET /nodes/{node}/rrddata":                                   nodeNeeds("Sys.Audit"),
-	"GET /nodes/{node}/dns":                                       nodeNeeds("Sys.Audit"),
-	"GET /nodes/{node}/hosts":                                     nodeNeeds("Sys.Audit"),
-	"GET /nodes/{node}/network":                                   nodeNeeds("Sys.Audit"),
-	"GET /nodes/{node}/storage/{storage}/status":                  storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
-	"GET /nodes/{node}/storage/{storage}/content":                 storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
-	"GET /nodes/{node}/storage/{storage}/content/{volume}":        storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
-	"GET /storage/{storage}":                                      storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"),
-	"DELETE /nodes/{node}/storage/{storage}/content/{volume...}":  volumeDeleteNeeds,
-	"POST /nodes/{node}/storage/{storage}/download-url":           downloadNeeds,
-	"GET /nodes/{node}/query-url-metadata":                        queryURLNeeds,
-	"GET /pools/{poolid}":                                         poolAuditNeeds,
-	"POST /pools":                                                 poolNeeds,
-	"PUT /pools":                                                  poolUpdateNeeds,
-	"PUT /pools/{poolid}":                                         poolUpdateNeeds,
-	"DELETE /pools":                                               poolNeeds,
-	"DELETE /pools/{poolid}":                                      poolNeeds,
-	"POST /nodes/{node}/qemu":                                     createNeeds,
-	"DELETE /nodes/{node}/qemu/{vmid}":                            vmNeeds("VM.Allocate"),
-	"GET /nodes/{node}/qemu/{vmid}":                               vmNeeds("VM.Audit"),
-	"GET /nodes/{node}/qemu/{vmid}/config":                        vmNeeds("VM.Audit"),
-	"PUT /nodes/{node}/qemu/{vmid}/config":                        configNeeds,
-	"POST /nodes/{node}/qemu/{vmid}/config":                       configNeeds,
-	"GET /nodes/{node}/qemu/{vmid}/pending":                       vmNeeds("VM.Audit"),
-	"GET /nodes/{node}/qemu/{vmid}/cloudinit":                     vmNeeds("VM.Audit"),
-	"PUT /nodes/{node}/qemu/{vmid}/cloudinit":                     vmNeeds(translate.PrivConfigCloudinit),
-	"GET /nodes/{node}/qemu/{vmid}/cloudinit/dump":                vmNeeds("VM.Audit"),
-	"PUT /nodes/{node}/qemu/{vmid}/resize":                        vmNeeds(translate.PrivConfigDisk),
-	"PUT /nodes/{node}/qemu/{vmid}/unlink":                        unlinkNeeds,
-	"POST /nodes/{node}/qemu/{vmid}/template":                     vmNeeds("VM.Allocate"),
-	"POST /nodes/{node}/qemu/{vmid}/clone":                        cloneNeeds,
-	"GET /nodes/{node}/qemu/{vmid}/migrate":                       vmNeeds("VM.Migrate"),
-	"POST /nodes/{node}/qemu/{vmid}/migrate":                      migrateNeeds,
-	"GET /nodes/{node}/qemu/{vmid}/status":                        vmNeeds("VM.Audit"),
-	"GET /nodes/{node}/qemu/{vmid}/status/current":                vmNeeds("VM.Audit"),
-	"GET /nodes/{node}/qemu/{vmid}/rrddata":                       vmNeeds("VM.Audit"),
-	"POST /nodes/{node}/qemu/{vmid}/status/{action}":              vmNeeds("VM.PowerMgmt"),
-	"GET /nodes/{node}/qemu/{vmid}/snapshot":                      vmNeeds("VM.Audit"),
-	"POST /nodes/{node}/qemu/{vmid}/snapshot":                     vmNeeds("VM.Snapshot"),
-	"GET /nodes/{node}/qemu/{vmid}/snapshot/{snapname}":           vmNeeds("VM.Audit"),
-	"DELETE /nodes/{node}/qemu/{vmid}/snapshot/{snapname}":        vmNeeds("VM.Snapshot"),
-	"POST /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback": vmNeeds("VM.Snapshot", "VM.Snapshot.Rollback"),
-	"GET /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config":    vmNeeds("VM.Audit"),
-	"PUT /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config":    vmNeeds("VM.Snapshot"),
-	"POST /nodes/{node}/qemu/{vmid}/vncproxy":                     vmNeeds("VM.Console"),
-	"POST /nodes/{node}/qemu/{vmid}/termproxy":                    vmNeeds("VM.Console"),
-	"GET /nodes/{node}/qemu/{vmid}/vncwebsocket":                  vmNeeds("VM.Console"),
-	"GET /nodes/{node}/qemu/{vmid}/agent":                         vmNeeds("VM.Monitor"),
-	"GET /nodes/{node}/qemu/{vmid}/agent/{command}":               vmNeeds("VM.Monitor"),
-	"POST /nodes/{node}/qemu/{vmid}/agent/{command}":              vmNeeds("VM.Monitor"),
 }
 
 // mayTask tells whether the caller may read a task: their own, or any

@@ -51,3 +51,38 @@ func BenchmarkClusterResourcesByRole(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQemuStatusCurrent serves one VM's status/current to a
+// PVEAuditor, so that the route's VM.Audit check runs: the check and the
+// endpoint share one vmid parse and one guest lookup, and the node is a
+// map lookup.
+func BenchmarkQemuStatusCurrent(b *testing.B) {
+	c, err := kube.Simulate(context.Background(), 1000, kube.Options{Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop()
+	h := &APIHandler{ClusterName: "bench", logger: zap.NewNop(), cluster: c}
+	h.auth = newAuthenticator([]byte("bench-key"))
+	h.auth.tokens["u@pve!b"] = "s"
+	h.perms, err = newPermissions(false, []IdentityConfig{{ID: "u@pve", Roles: []GrantConfig{{Path: "/", Role: "PVEAuditor"}}}}, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.metrics, _ = newAPIMetrics(nil)
+	h.mux = h.routes()
+	g, err := c.Guest(100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	url := "https://x/api2/json/nodes/" + g.Node + "/qemu/100/status/current"
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "PVEAPIToken=u@pve!b=s")
+		rec := httptest.NewRecorder()
+		if err := h.ServeHTTP(rec, req, &nextHandler{}); err != nil || rec.Code != 200 {
+			b.Fatalf("%v %d %s", err, rec.Code, rec.Body.String())
+		}
+	}
+}

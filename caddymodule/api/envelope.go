@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,6 +25,8 @@ type apiError struct {
 	// kubeDenied marks a 403 of Kubernetes itself (not of this API's own
 	// checks), which the router words as PVE does.
 	kubeDenied bool
+	// authFailed marks a failed login, answered after pveproxy's delay.
+	authFailed bool
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -105,34 +109,48 @@ func reasonPhrase(msg string) string {
 
 // writeError answers e. Over HTTP/1.x the message goes into the status
 // line, as pveproxy does, because proxmoxer and go-proxmox show only the
-// reason phrase. net/http cannot set one, so the connection is hijacked and
-// the answer written by hand, then closed. Where hijacking is impossible
-// (HTTP/2) the standard phrase is used and the message is in the body.
+// reason phrase. Where that cannot be done (HTTP/2 has no reason phrase)
+// the standard phrase is used and the message is in the body.
 func writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
 	body := errorBody(e)
-	if r != nil && r.ProtoMajor == 1 {
-		if conn, brw, err := http.NewResponseController(w).Hijack(); err == nil {
-			defer conn.Close()
-			var b bytes.Buffer
-			fmt.Fprintf(&b, "HTTP/1.%d %03d %s\r\n", r.ProtoMinor, e.Code, reasonPhrase(e.Message))
-			fmt.Fprintf(&b, "Content-Type: %s\r\nCache-Control: max-age=0\r\nContent-Length: %d\r\nConnection: close\r\n", contentType, len(body))
-			for k, vs := range w.Header() {
-				if k == "Content-Type" || k == "Content-Length" || k == "Cache-Control" || k == "Connection" {
-					continue
-				}
-				for _, v := range vs {
-					fmt.Fprintf(&b, "%s: %s\r\n", k, reasonPhrase(v))
-				}
-			}
-			b.WriteString("\r\n")
-			if r.Method != http.MethodHead {
-				b.Write(body)
-			}
-			writeAll(brw, b.Bytes())
-			return
-		}
+	if r != nil && r.ProtoMajor == 1 && writeWithReason(w, r, e.Code, reasonPhrase(e.Message), body) {
+		return
 	}
 	writeJSON(w, e.Code, body)
+}
+
+// writeWithReason answers with a reason phrase of its own. net/http
+// cannot set one, so the connection is hijacked, the answer written by
+// hand, and the connection closed. It reports false, having written
+// nothing, when the connection cannot be hijacked.
+func writeWithReason(w http.ResponseWriter, r *http.Request, code int, reason string, body []byte) bool {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Cache-Control", "max-age=0")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Connection", "close")
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "HTTP/1.%d %03d %s\r\n", r.ProtoMinor, code, reason)
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[k] {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, reasonPhrase(v))
+		}
+	}
+	b.WriteString("\r\n")
+	if r.Method != http.MethodHead {
+		b.Write(body)
+	}
+	writeAll(brw, b.Bytes())
+	// Caddy's access log and HTTP metrics learn the status only from
+	// WriteHeader on the writers that wrap ours; net/http's own writer
+	// ignores it on a hijacked connection (noting so at debug level).
+	w.WriteHeader(code)
+	return true
 }
 
 func writeAll(brw *bufio.ReadWriter, p []byte) {

@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 func TestErrorReasonPhrase(t *testing.T) {
@@ -72,5 +74,30 @@ func TestReasonPhraseCannotInjectHeaders(t *testing.T) {
 	}
 	if res.Status != "500 bad" || res.Header.Get("Set-Cookie") != "" {
 		t.Fatalf("status %q headers %v", res.Status, res.Header)
+	}
+}
+
+// TestErrorStatusReachesCaddysRecorder: Caddy's access log and metrics
+// read the status from the recorders wrapping the handler's writer; an
+// answer written on the hijacked connection must still reach them, with
+// its reason phrase on the wire.
+func TestErrorStatusReachesCaddysRecorder(t *testing.T) {
+	recorded := make(chan int, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := caddyhttp.NewResponseRecorder(w, nil, nil)
+		writeError(rec, r, newError(http.StatusForbidden, "Permission check failed (/vms/100, VM.Audit)"))
+		recorded <- rec.Status()
+	}))
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.Status != "403 Permission check failed (/vms/100, VM.Audit)" {
+		t.Fatalf("status line %q", res.Status)
+	}
+	if got := <-recorded; got != http.StatusForbidden {
+		t.Fatalf("Caddy's recorder saw status %d, want 403", got)
 	}
 }

@@ -78,8 +78,9 @@ func (h *APIHandler) postTicket(q *request) (any, *apiError) {
 	}
 	ok := h.auth.noAuth || h.auth.checkPassword(user, password)
 	if !ok || (!h.auth.noAuth && !h.auth.knownUser(user)) {
-		h.failAuth(q.w, q.r, newError(http.StatusUnauthorized, "authentication failure"))
-		return nil, errWritten
+		e := newError(http.StatusUnauthorized, "authentication failure")
+		e.authFailed = true
+		return nil, e
 	}
 	if h.auth.noAuth && !strings.Contains(user, "@") {
 		user += "@pam"

@@ -23,7 +23,7 @@ func (h *APIHandler) getAgentIndex(q *request) (any, *apiError) {
 // must be configured, the VM running, and the agent answering (KubeVirt's
 // AgentConnected condition).
 func agentReady(g kube.Guest) *apiError {
-	if !translate.AgentEnabled(translate.StoredConfig(g.VM)["agent"]) {
+	if !translate.AgentEnabled(translate.AgentConfig(g.VM)) {
 		return newError(http.StatusInternalServerError, "No QEMU guest agent configured")
 	}
 	if g.VMI == nil || g.VMI.Status.Phase != kubevirtv1.Running {

@@ -178,7 +178,8 @@ func randomAlnum(n int) (string, error) {
 	return string(b), nil
 }
 
-// getQemuVNCWebsocket is GET vncwebsocket: it takes the connection over.
+// getQemuVNCWebsocket is GET vncwebsocket: it takes the connection over and,
+// once it has, answers nothing more (a session route).
 func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 	if e := q.p.allowOnly("node", "vmid", "port", "vncticket"); e != nil {
 		return nil, e
@@ -268,8 +269,11 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 	if err != nil {
 		_ = stream.Close()
 		session.end("websocket upgrade failed: " + err.Error())
-		return nil, errWritten // the upgrader answered
+		return nil, nil // the upgrader answered
 	}
+	// The upgrader wrote its 101 on the hijacked connection; Caddy's access
+	// log and metrics learn it only from WriteHeader.
+	q.w.WriteHeader(http.StatusSwitchingProtocols)
 	h.logger.Info("console session started", zap.String("user", user), zap.String("vm", g.Namespace()+"/"+g.Name()), zap.String("kind", kind))
 	browser := wsstream.New(conn)
 	if kind == kube.ConsoleVNC {
@@ -285,7 +289,7 @@ func (h *APIHandler) getQemuVNCWebsocket(q *request) (any, *apiError) {
 	}
 	session.end(exit)
 	h.logger.Info("console session ended", zap.String("user", user), zap.String("vm", g.Namespace()+"/"+g.Name()), zap.String("kind", kind), zap.Error(err))
-	return nil, errWritten
+	return nil, nil
 }
 
 // pickSubprotocol echoes noVNC's and xterm.js's "binary" when offered,

@@ -31,10 +31,11 @@ func (h *APIHandler) node(q *request) (kube.Node, *apiError) {
 
 // nodeNamed finds a node by its PVE name, or fails as pveproxy does.
 func (h *APIHandler) nodeNamed(name string) (kube.Node, *apiError) {
-	for _, n := range h.nodes() {
-		if n.Name == name {
-			return n, nil
-		}
+	if n, ok := h.cluster.Node(name); ok {
+		return n, nil
+	}
+	if name == kube.DefaultNodeName && len(h.cluster.Nodes()) == 0 {
+		return h.nodes()[0], nil
 	}
 	return kube.Node{}, newError(http.StatusInternalServerError, "no such cluster node '%s'", name)
 }

@@ -14,43 +14,31 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
-// vmidParam parses the {vmid} path segment.
-func vmidParam(q *request) (int, *apiError) {
-	id, err := translate.ParseVMID(q.r.PathValue("vmid"))
-	if err != nil {
-		return 0, paramErr("vmid", "%v", err)
-	}
-	return id, nil
-}
-
 // missingVM is PVE's answer for a VM that is not on the node: 500 with the
 // config-file text that bpg, Telmate and Ansible all match on.
 func missingVM(node string, vmid int) *apiError {
 	return newError(http.StatusInternalServerError, "Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", node, vmid)
 }
 
-// guest resolves {node}/{vmid}. A VM that lives on another node is missing
-// here, as on PVE; an ambiguous vmid is refused, never guessed.
+// guest resolves {node}/{vmid} (the VM the permission check resolved). A
+// VM that lives on another node is missing here, as on PVE; an ambiguous
+// vmid is refused, never guessed.
 func (h *APIHandler) guest(q *request) (kube.Guest, *apiError) {
 	n, e := h.node(q)
 	if e != nil {
 		return kube.Guest{}, e
 	}
-	id, e := vmidParam(q)
-	if e != nil {
-		return kube.Guest{}, e
-	}
-	g, err := q.c.Guest(id)
+	v := q.pathVM()
 	var amb *kube.AmbiguousError
 	switch {
-	case errors.As(err, &amb):
+	case v.idErr != nil:
+		return kube.Guest{}, paramErr("vmid", "%v", v.idErr)
+	case errors.As(v.err, &amb):
 		return kube.Guest{}, paramErr("vmid", "%v", amb)
-	case err != nil:
-		return kube.Guest{}, missingVM(n.Name, id)
-	case g.Node != n.Name:
-		return kube.Guest{}, missingVM(n.Name, id)
+	case v.err != nil, v.g.Node != n.Name:
+		return kube.Guest{}, missingVM(n.Name, v.id)
 	}
-	return g, nil
+	return v.g, nil
 }
 
 func (h *APIHandler) getQemuList(q *request) (any, *apiError) {
@@ -150,12 +138,22 @@ func (h *APIHandler) beginSpec(q *request, spec kube.TaskSpec) (any, *apiError) 
 	return t.UPID.String(), nil
 }
 
-// begin records a task for g. When act fails, the task is recorded as
-// failed with the error, as PVE's forked worker would end.
-func (h *APIHandler) begin(q *request, g kube.Guest, typ string, goal kube.Goal, timeout time.Duration, logLine string, act func(ctx context.Context) error) (any, *apiError) {
-	spec := h.taskSpec(q, g, typ, goal, timeout, logLine)
-	if act != nil {
-		if err := act(q.ctx()); err != nil {
+// guestTask is a task about one guest, as begin records it.
+type guestTask struct {
+	typ     string        // PVE's task type (translate.TaskStart...)
+	goal    kube.Goal     // the state that ends it
+	timeout time.Duration // how long reaching the goal may take (0: no limit)
+	log     string        // the first line of its log
+	// act makes the change; when it fails, the task is recorded as failed
+	// with the error, as PVE's forked worker would end. nil: nothing to do.
+	act func(ctx context.Context) error
+}
+
+// begin runs t's change on g and records the task.
+func (h *APIHandler) begin(q *request, g kube.Guest, t guestTask) (any, *apiError) {
+	spec := h.taskSpec(q, g, t.typ, t.goal, t.timeout, t.log)
+	if t.act != nil {
+		if err := t.act(q.ctx()); err != nil {
 			spec.Err = kubeTaskError(err)
 		}
 	}
@@ -258,27 +256,27 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		}
 		line := fmt.Sprintf("starting VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
 		if g.Template() {
-			return h.begin(q, g, translate.TaskStart, kube.GoalRunning, to, line, func(context.Context) error {
+			return h.begin(q, g, guestTask{typ: translate.TaskStart, goal: kube.GoalRunning, timeout: to, log: line, act: func(context.Context) error {
 				return errors.New("you can't start a vm if it's a template")
-			})
+			}})
 		}
 		if g.State().Running() {
-			return h.begin(q, g, translate.TaskStart, kube.GoalRunning, to, line, func(context.Context) error {
+			return h.begin(q, g, guestTask{typ: translate.TaskStart, goal: kube.GoalRunning, timeout: to, log: line, act: func(context.Context) error {
 				return fmt.Errorf("VM %d already running", vmid)
-			})
+			}})
 		}
-		return h.begin(q, g, translate.TaskStart, kube.GoalRunning, to, line, func(ctx context.Context) error { return c.StartVM(ctx, g) })
+		return h.begin(q, g, guestTask{typ: translate.TaskStart, goal: kube.GoalRunning, timeout: to, log: line, act: func(ctx context.Context) error { return c.StartVM(ctx, g) }})
 	case "stop":
 		to, e := taskTimeout(q, 5*time.Minute)
 		if e != nil {
 			return nil, e
 		}
 		line := fmt.Sprintf("stopping VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
-		if !g.State().Running() && g.VMI == nil {
-			return h.begin(q, g, translate.TaskStop, kube.GoalStopped, to, line, nil)
+		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
+			return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line})
 		}
 		zero := int64(0)
-		return h.begin(q, g, translate.TaskStop, kube.GoalStopped, to, line, func(ctx context.Context) error { return c.StopVM(ctx, g, &zero) })
+		return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line, act: func(ctx context.Context) error { return c.StopVM(ctx, g, &zero) }})
 	case "shutdown":
 		to, e := taskTimeout(q, 0)
 		if e != nil {
@@ -292,9 +290,11 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		line := fmt.Sprintf("shutting down VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
 		// As on PVE, shutting down a stopped VM is a task that ends OK
 		// (Terraform shuts down right after reading the status, racing
-		// a guest that powers off by itself).
-		if !g.State().Running() && g.VMI == nil {
-			return h.begin(q, g, translate.TaskShutdown, kube.GoalStopped, deadline, line, nil)
+		// a guest that powers off by itself). A finished instance that
+		// KubeVirt has not deleted yet is stopped too: virt-api answers a
+		// stop of it with 409 "VM is not running".
+		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
+			return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line})
 		}
 		var grace *int64
 		if to > 0 {
@@ -310,7 +310,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 			zero := int64(0)
 			grace = &zero
 		}
-		return h.begin(q, g, translate.TaskShutdown, kube.GoalStopped, deadline, line, func(ctx context.Context) error { return c.StopVM(ctx, g, grace) })
+		return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line, act: func(ctx context.Context) error { return c.StopVM(ctx, g, grace) }})
 	case "reboot":
 		to, e := taskTimeout(q, 5*time.Minute)
 		if e != nil {
@@ -320,7 +320,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 			return nil, notRunning(g)
 		}
 		line := fmt.Sprintf("rebooting VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
-		return h.begin(q, g, translate.TaskReboot, kube.GoalRestarted, to, line, func(ctx context.Context) error { return c.RestartVM(ctx, g) })
+		return h.begin(q, g, guestTask{typ: translate.TaskReboot, goal: kube.GoalRestarted, timeout: to, log: line, act: func(ctx context.Context) error { return c.RestartVM(ctx, g) }})
 	case "reset":
 		if !g.State().Running() {
 			return nil, notRunning(g)
@@ -328,7 +328,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		if err := c.ResetVM(q.ctx(), g); err != nil {
 			return nil, powerError(err)
 		}
-		return h.begin(q, g, translate.TaskReset, kube.GoalNone, 0, fmt.Sprintf("resetting VM %d", vmid), nil)
+		return h.begin(q, g, guestTask{typ: translate.TaskReset, goal: kube.GoalNone, log: fmt.Sprintf("resetting VM %d", vmid)})
 	case "suspend":
 		todisk, e := q.p.boolean("todisk", false)
 		if e != nil {
@@ -343,7 +343,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		if err := c.PauseVM(q.ctx(), g); err != nil {
 			return nil, powerError(err)
 		}
-		return h.begin(q, g, translate.TaskSuspend, kube.GoalPaused, time.Minute, fmt.Sprintf("suspending VM %d", vmid), nil)
+		return h.begin(q, g, guestTask{typ: translate.TaskSuspend, goal: kube.GoalPaused, timeout: time.Minute, log: fmt.Sprintf("suspending VM %d", vmid)})
 	case "resume":
 		if g.VMI == nil || g.VMI.IsFinal() {
 			return nil, notRunning(g)
@@ -351,7 +351,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		if err := c.UnpauseVM(q.ctx(), g); err != nil {
 			return nil, powerError(err)
 		}
-		return h.begin(q, g, translate.TaskResume, kube.GoalResumed, time.Minute, fmt.Sprintf("resuming VM %d", vmid), nil)
+		return h.begin(q, g, guestTask{typ: translate.TaskResume, goal: kube.GoalResumed, timeout: time.Minute, log: fmt.Sprintf("resuming VM %d", vmid)})
 	}
 	return nil, newError(http.StatusNotImplemented, "Method 'POST %s' not implemented", q.r.URL.Path[len("/api2/json"):])
 }

@@ -158,7 +158,7 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	if e != nil {
 		return g, e
 	}
-	return g, destroyVolumes(q, g, destroy)
+	return g, h.destroyVolumes(q, g, destroy)
 }
 
 // mayDestroy refuses a change that would delete volumes another VM uses,
@@ -201,10 +201,10 @@ func mayDestroy(q *request, g kube.Guest, names []string) *apiError {
 }
 
 // destroyVolumes deletes the volumes a written config change freed.
-func destroyVolumes(q *request, g kube.Guest, names []string) *apiError {
+func (h *APIHandler) destroyVolumes(q *request, g kube.Guest, names []string) *apiError {
 	for _, n := range names {
 		if err := q.c.DeleteVolume(q.ctx(), g.Namespace(), n); err != nil {
-			q.h.logger.Warn("volume freed by a config change not deleted", zap.String("namespace", g.Namespace()), zap.String("volume", n), zap.Error(err))
+			h.logger.Warn("volume freed by a config change not deleted", zap.String("namespace", g.Namespace()), zap.String("volume", n), zap.Error(err))
 			e := kubeError(err)
 			e.Message = fmt.Sprintf("VM %d updated, but deleting volume '%s' failed: %s", g.VMID, n, e.Message)
 			return e
@@ -375,7 +375,7 @@ func (h *APIHandler) postQemuConfig(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return h.begin(q, g, translate.TaskConfig, kube.GoalNone, 0, fmt.Sprintf("update VM %d: %s", g.VMID, paramSummary(q.p)), nil)
+	return h.begin(q, g, guestTask{typ: translate.TaskConfig, goal: kube.GoalNone, log: fmt.Sprintf("update VM %d: %s", g.VMID, paramSummary(q.p))})
 }
 
 // paramSummary lists the keys a config call touched, without values (they
@@ -443,13 +443,13 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	}
 	c := q.c
 	line := fmt.Sprintf("resize disk %s of VM %d from %s to %s", disk, g.VMID, translate.FormatSize(cur), translate.FormatSize(newSize))
-	return h.begin(q, g, translate.TaskResize, kube.GoalNone, 0, line, func(ctx context.Context) error {
+	return h.begin(q, g, guestTask{typ: translate.TaskResize, goal: kube.GoalNone, log: line, act: func(ctx context.Context) error {
 		err := c.ResizePVC(ctx, g.Namespace(), claim, newSize)
 		if kube.IsNotFound(err) {
 			return nil // not provisioned yet: the DataVolume is created at the new size
 		}
 		return err
-	})
+	}})
 }
 
 // postQemuTemplate turns a stopped VM into a template: labelled, Halted,
@@ -479,5 +479,5 @@ func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return h.begin(q, g, translate.TaskTemplate, kube.GoalNone, time.Minute, fmt.Sprintf("convert VM %d to a template", g.VMID), nil)
+	return h.begin(q, g, guestTask{typ: translate.TaskTemplate, goal: kube.GoalNone, timeout: time.Minute, log: fmt.Sprintf("convert VM %d to a template", g.VMID)})
 }

@@ -65,10 +65,10 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 		if len(created.Spec.DataVolumeTemplates) > 0 {
 			goal = kube.GoalProvisioned
 		}
-		return h.begin(q, g, translate.TaskCreate, goal, 30*time.Minute, line, nil)
+		return h.begin(q, g, guestTask{typ: translate.TaskCreate, goal: goal, timeout: 30 * time.Minute, log: line})
 	}
 	c := q.c
-	return h.begin(q, g, translate.TaskCreate, kube.GoalRunning, 5*time.Minute, line, func(ctx context.Context) error { return c.StartVM(ctx, g) })
+	return h.begin(q, g, guestTask{typ: translate.TaskCreate, goal: kube.GoalRunning, timeout: 5 * time.Minute, log: line, act: func(ctx context.Context) error { return c.StartVM(ctx, g) }})
 }
 
 // createGuest writes a new VM and then runs setup (its cloud-init Secret),
@@ -122,5 +122,5 @@ func (h *APIHandler) deleteQemu(q *request) (any, *apiError) {
 	}
 	c := q.c
 	line := fmt.Sprintf("destroying VM %d (%s/%s)", g.VMID, g.Namespace(), g.Name())
-	return h.begin(q, g, translate.TaskDestroy, kube.GoalGone, 5*time.Minute, line, func(ctx context.Context) error { return c.DeleteVM(ctx, g) })
+	return h.begin(q, g, guestTask{typ: translate.TaskDestroy, goal: kube.GoalGone, timeout: 5 * time.Minute, log: line, act: func(ctx context.Context) error { return c.DeleteVM(ctx, g) }})
 }

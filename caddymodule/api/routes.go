@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // request is one API call being served.
@@ -17,17 +18,41 @@ type request struct {
 	w  http.ResponseWriter
 	p  params
 	id identity
+	c  *kube.Cluster
 	// checks are the permissions the route required; a 403 from
 	// Kubernetes is reported against them, as PVE words it.
 	checks []check
 	// reviewed are the accesses already asked of the apiserver for this
 	// request.
 	reviewed map[kube.Access]bool
-	h        *APIHandler
-	c        *kube.Cluster
+	// vm is the path's {vmid}, once resolved (see pathVM).
+	vm *pathVM
 }
 
 func (q *request) ctx() context.Context { return q.r.Context() }
+
+// pathVM is the VM a path's {vmid} names.
+type pathVM struct {
+	id    int
+	idErr error // {vmid} is not a vmid
+	g     kube.Guest
+	err   error // no such VM (kube.ErrNotFound), or an ambiguous vmid
+}
+
+// pathVM resolves the path's {vmid} once per request, so that the
+// permission check and the endpoint act on the same VM and pay for one
+// lookup.
+func (q *request) pathVM() *pathVM {
+	if q.vm == nil {
+		v := &pathVM{}
+		v.id, v.idErr = translate.ParseVMID(q.r.PathValue("vmid"))
+		if v.idErr == nil {
+			v.g, v.err = q.c.Guest(v.id)
+		}
+		q.vm = v
+	}
+	return q.vm
+}
 
 // result is an endpoint's answer: data plus optional top-level keys.
 type result struct {
@@ -39,28 +64,49 @@ type result struct {
 // envelope, or an error to answer PVE-style.
 type endpoint func(q *request) (any, *apiError)
 
+// route is one endpoint of the API with all the router knows of it.
+type route struct {
+	method string
+	// path is under /api2/json, with http.ServeMux wildcards.
+	path  string
+	serve endpoint
+	// needs are the privileges checked before serve runs; signedIn when
+	// authentication is all (the endpoint filters what it shows). Public
+	// routes have none, and never run any.
+	needs needFunc
+	flags routeFlags
+}
+
+// routeFlags say how a route is served.
+type routeFlags uint8
+
+const (
+	// public routes answer without authentication: login and its realms.
+	public routeFlags = 1 << iota
+	// clusterFree routes need nothing from the cluster, so they answer
+	// during an outage too: the version, the indexes and login (tickets
+	// are signed locally).
+	clusterFree
+	// session routes take the connection over for as long as it lasts (the
+	// console websocket): no request timeout, no end at an outage, and
+	// serve answers by itself unless it fails before taking over.
+	session
+)
+
+// signedIn is the needs of routes open to every authenticated caller.
+func signedIn(*APIHandler, *request) []check { return nil }
+
 // requestTimeout bounds the cluster calls one API request makes.
 const requestTimeout = 20 * time.Second
 
-// errWritten tells the router that the endpoint answered by itself.
-var errWritten = &apiError{}
-
-// public marks endpoints that need no authentication.
-const public = true
-
-// handle registers an endpoint under /api2/json.
-func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noAuth ...bool) {
-	method, path, _ := strings.Cut(pattern, " ")
-	if path == "/" {
-		path = "" // paths arrive cleaned: the root is "/api2/json" exactly
-	}
-	open := len(noAuth) > 0 && noAuth[0]
-	wildcards := pathWildcards(path)
-	mux.HandleFunc(method+" /api2/json"+path, func(w http.ResponseWriter, r *http.Request) {
+// serve answers one route: parameters, authentication, the cluster's
+// health, the caller's identity and privileges, then the endpoint.
+func (h *APIHandler) serve(rt route) http.HandlerFunc {
+	wildcards := pathWildcards(rt.path)
+	return func(w http.ResponseWriter, r *http.Request) {
 		// Every call is bounded: a hung apiserver makes a 503, never a
 		// request that hangs with it.
-		// Console websockets live as long as the session and are exempt.
-		if !strings.HasSuffix(r.URL.Path, "/vncwebsocket") {
+		if rt.flags&session == 0 {
 			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
@@ -73,8 +119,8 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 			writeError(w, r, perr)
 			return
 		}
-		q := &request{r: r, w: w, p: p, h: h, c: h.cluster}
-		if !open {
+		q := &request{r: r, w: w, p: p, c: h.cluster}
+		if rt.flags&public == 0 {
 			id, aerr := h.auth.authenticate(r)
 			if aerr != nil {
 				h.failAuth(w, r, aerr)
@@ -83,47 +129,54 @@ func (h *APIHandler) handle(mux *http.ServeMux, pattern string, ep endpoint, noA
 			q.id = id
 		}
 		// During an outage answer 503 at once, before any access review.
-		done, e := withCluster(q, pattern)
+		done, e := withCluster(q, rt.flags)
 		if e != nil {
 			writeError(w, r, e)
 			return
 		}
 		defer done()
-		if !open {
-			if e := h.actAs(q); e != nil {
-				writeError(w, r, e)
+		if rt.flags&public == 0 {
+			if e := h.admit(q, rt.needs); e != nil {
+				writeError(w, q.r, e)
 				return
 			}
-			// Everyone is Administrator in the default configuration:
-			// nothing to check, and no lookups spent on it.
-			if need := routeNeeds[pattern]; need != nil && !h.perms.allAdmin && !h.auth.noAuth {
-				q.checks = need(h, q)
-				if e := h.authorize(q, q.checks); e != nil {
-					writeError(w, r, e)
-					return
-				}
-			}
 		}
-		data, e := ep(q)
-		if e == errWritten {
-			return
-		}
-		if e != nil {
+		data, e := rt.serve(q)
+		switch {
+		case e != nil && e.authFailed:
+			h.failAuth(w, q.r, e)
+		case e != nil:
 			if e.kubeDenied && len(q.checks) > 0 {
 				// Kubernetes refused the impersonated call: its RBAC is finer
 				// than the review or changed since.
 				h.logger.Info("kubernetes refused the caller", zap.String("user", q.id.ID()), zap.String("detail", e.Message))
 				e = permErr(vmCheck(q.checks))
 			}
-			writeError(w, r, e)
-			return
+			writeError(w, q.r, e)
+		case rt.flags&session != 0:
+			// The session answered on the connection it took over.
+		default:
+			if res, ok := data.(result); ok {
+				writeData(w, res.data, res.extra)
+				return
+			}
+			writeData(w, data, nil)
 		}
-		if res, ok := data.(result); ok {
-			writeData(w, res.data, res.extra)
-			return
-		}
-		writeData(w, data, nil)
-	})
+	}
+}
+
+// admit acts as the caller and checks the route's needs of them.
+func (h *APIHandler) admit(q *request, needs needFunc) *apiError {
+	if e := h.actAs(q); e != nil {
+		return e
+	}
+	// Everyone is Administrator in the default configuration: nothing to
+	// check, and no lookups spent on it.
+	if h.perms.allAdmin || h.auth.noAuth {
+		return nil
+	}
+	q.checks = needs(h, q)
+	return h.authorize(q, q.checks)
 }
 
 // failAuth answers a 401 after pveproxy's delay, which slows password and
@@ -155,113 +208,127 @@ func (h *APIHandler) notImplemented(w http.ResponseWriter, r *http.Request) {
 	writeError(w, r, newError(http.StatusNotImplemented, "Method '%s %s' not implemented", r.Method, rel))
 }
 
-// routes is the API's whole surface; every path PVE clients use and this
-// server answers is listed here.
+// routeTable is the API's whole surface: every path PVE clients use and
+// this server answers, with the privileges each needs (as PVE's API schema
+// declares them).
+func (h *APIHandler) routeTable() []route {
+	return []route{
+		{"GET", "/", h.getRoot, signedIn, clusterFree},
+		{"GET", "/version", h.getVersion, signedIn, clusterFree},
+
+		// access
+		{"GET", "/access", h.getAccessIndex, signedIn, clusterFree},
+		{"GET", "/access/ticket", h.getTicket, nil, public | clusterFree},
+		{"POST", "/access/ticket", h.postTicket, nil, public | clusterFree},
+		{"GET", "/access/domains", h.getDomains, nil, public | clusterFree},
+		{"GET", "/access/domains/{realm}", h.getDomain, signedIn, 0},
+		{"GET", "/access/users", h.getUsers, signedIn, 0},
+		{"GET", "/access/users/{userid}", h.getUser, signedIn, 0},
+		{"GET", "/access/groups", h.getGroups, signedIn, 0},
+		{"GET", "/access/groups/{groupid}", h.getGroup, signedIn, 0},
+		{"GET", "/access/roles", h.getRoles, signedIn, 0},
+		{"GET", "/access/roles/{roleid}", h.getRole, signedIn, 0},
+		{"GET", "/access/acl", h.getACL, signedIn, 0},
+		{"GET", "/access/permissions", h.getPermissions, signedIn, 0},
+
+		// cluster
+		{"GET", "/cluster", h.getClusterIndex, signedIn, 0},
+		{"GET", "/cluster/resources", h.getClusterResources, signedIn, 0},
+		{"GET", "/cluster/status", h.getClusterStatus, signedIn, 0},
+		{"GET", "/cluster/nextid", h.getNextID, signedIn, 0},
+		{"GET", "/cluster/tasks", h.getClusterTasks, signedIn, 0},
+		{"GET", "/cluster/ha", h.getHAIndex, signedIn, 0},
+		{"GET", "/cluster/ha/groups", h.emptyList, signedIn, 0},
+		{"GET", "/cluster/ha/resources", h.emptyList, signedIn, 0},
+		{"GET", "/cluster/ha/resources/{sid}", h.getHAResource, signedIn, 0},
+		{"GET", "/cluster/ha/status/current", h.emptyList, signedIn, 0},
+
+		// pools and storage
+		{"GET", "/pools", h.getPools, signedIn, 0},
+		{"POST", "/pools", h.postPool, poolNeeds, 0},
+		{"PUT", "/pools", h.putPool, poolUpdateNeeds, 0},
+		{"DELETE", "/pools", h.deletePool, poolNeeds, 0},
+		{"GET", "/pools/{poolid}", h.getPool, poolAuditNeeds, 0},
+		{"PUT", "/pools/{poolid}", h.putPool, poolUpdateNeeds, 0},
+		{"DELETE", "/pools/{poolid}", h.deletePool, poolNeeds, 0},
+		{"GET", "/storage", h.getStorageConfig, signedIn, 0},
+		{"GET", "/storage/{storage}", h.getStorageConfigOne, storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"), 0},
+
+		// nodes
+		{"GET", "/nodes", h.getNodes, signedIn, 0},
+		{"GET", "/nodes/{node}", h.getNodeIndex, signedIn, 0},
+		{"GET", "/nodes/{node}/status", h.getNodeStatus, nodeNeeds("Sys.Audit"), 0},
+		{"GET", "/nodes/{node}/rrddata", h.getNodeRRDData, nodeNeeds("Sys.Audit"), 0},
+		{"GET", "/nodes/{node}/version", h.getNodeVersion, signedIn, 0},
+		{"GET", "/nodes/{node}/time", h.getNodeTime, signedIn, 0},
+		{"GET", "/nodes/{node}/dns", h.getNodeDNS, nodeNeeds("Sys.Audit"), 0},
+		{"GET", "/nodes/{node}/hosts", h.getNodeHosts, nodeNeeds("Sys.Audit"), 0},
+		{"GET", "/nodes/{node}/network", h.getNodeNetwork, nodeNeeds("Sys.Audit"), 0},
+		{"GET", "/nodes/{node}/storage", h.getNodeStorage, signedIn, 0},
+		{"GET", "/nodes/{node}/storage/{storage}/status", h.getNodeStorageStatus, storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"), 0},
+		{"GET", "/nodes/{node}/storage/{storage}/content", h.getStorageContent, storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"), 0},
+		{"GET", "/nodes/{node}/storage/{storage}/content/{volume}", h.getStorageVolume, storageNeeds("Datastore.Audit", "Datastore.AllocateSpace"), 0},
+		// {volume...}: proxmoxer and Ansible send local:iso/x.iso unescaped,
+		// and PVE takes the rest of the path as the volume.
+		{"DELETE", "/nodes/{node}/storage/{storage}/content/{volume...}", h.deleteStorageVolume, volumeDeleteNeeds, 0},
+		{"POST", "/nodes/{node}/storage/{storage}/download-url", h.postDownloadURL, downloadNeeds, 0},
+		{"GET", "/nodes/{node}/query-url-metadata", h.getQueryURLMetadata, queryURLNeeds, 0},
+		{"GET", "/nodes/{node}/lxc", h.getNodeLXC, signedIn, 0},
+		{"GET", "/nodes/{node}/tasks", h.getNodeTasks, signedIn, 0},
+		{"GET", "/nodes/{node}/tasks/{upid}", h.getTaskIndex, signedIn, 0},
+		{"GET", "/nodes/{node}/tasks/{upid}/status", h.getTaskStatus, signedIn, 0},
+		{"GET", "/nodes/{node}/tasks/{upid}/log", h.getTaskLog, signedIn, 0},
+
+		// qemu
+		{"GET", "/nodes/{node}/qemu", h.getQemuList, signedIn, 0},
+		{"POST", "/nodes/{node}/qemu", h.postQemu, createNeeds, 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}", h.getQemuIndex, vmNeeds("VM.Audit"), 0},
+		{"DELETE", "/nodes/{node}/qemu/{vmid}", h.deleteQemu, vmNeeds("VM.Allocate"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/config", h.getQemuConfig, vmNeeds("VM.Audit"), 0},
+		{"PUT", "/nodes/{node}/qemu/{vmid}/config", h.putQemuConfig, configNeeds, 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/config", h.postQemuConfig, configNeeds, 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/pending", h.getQemuPending, vmNeeds("VM.Audit"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/cloudinit", h.getQemuCloudinit, vmNeeds("VM.Audit"), 0},
+		{"PUT", "/nodes/{node}/qemu/{vmid}/cloudinit", h.putQemuCloudinit, vmNeeds(translate.PrivConfigCloudinit), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/cloudinit/dump", h.getQemuCloudinitDump, vmNeeds("VM.Audit"), 0},
+		{"PUT", "/nodes/{node}/qemu/{vmid}/resize", h.putQemuResize, vmNeeds(translate.PrivConfigDisk), 0},
+		{"PUT", "/nodes/{node}/qemu/{vmid}/unlink", h.putQemuUnlink, unlinkNeeds, 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/template", h.postQemuTemplate, vmNeeds("VM.Allocate"), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/clone", h.postQemuClone, cloneNeeds, 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/migrate", h.getQemuMigrate, vmNeeds("VM.Migrate"), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/migrate", h.postQemuMigrate, migrateNeeds, 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/status", h.getQemuStatusIndex, vmNeeds("VM.Audit"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/status/current", h.getQemuStatusCurrent, vmNeeds("VM.Audit"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/rrddata", h.getQemuRRDData, vmNeeds("VM.Audit"), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/status/{action}", h.postQemuStatus, vmNeeds("VM.PowerMgmt"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/snapshot", h.getQemuSnapshots, vmNeeds("VM.Audit"), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/snapshot", h.postQemuSnapshot, vmNeeds("VM.Snapshot"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}", h.getQemuSnapshotIndex, vmNeeds("VM.Audit"), 0},
+		{"DELETE", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}", h.deleteQemuSnapshot, vmNeeds("VM.Snapshot"), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback", h.postQemuRollback, vmNeeds("VM.Snapshot", "VM.Snapshot.Rollback"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config", h.getQemuSnapshotConfig, vmNeeds("VM.Audit"), 0},
+		{"PUT", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config", h.putQemuSnapshotConfig, vmNeeds("VM.Snapshot"), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/vncproxy", h.postQemuVNCProxy, vmNeeds("VM.Console"), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/termproxy", h.postQemuTermProxy, vmNeeds("VM.Console"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/vncwebsocket", h.getQemuVNCWebsocket, vmNeeds("VM.Console"), session},
+		{"GET", "/nodes/{node}/qemu/{vmid}/agent", h.getAgentIndex, vmNeeds("VM.Monitor"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/agent/{command}", h.getAgent, vmNeeds("VM.Monitor"), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/agent/{command}", h.getAgent, vmNeeds("VM.Monitor"), 0},
+	}
+}
+
+// routes builds the mux over the route table; paths not in it are
+// answered as pveproxy answers them.
 func (h *APIHandler) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api2/json/", h.notImplemented)
 	mux.HandleFunc("/api2/json", h.notImplemented)
-
-	h.handle(mux, "GET /", h.getRoot)
-	h.handle(mux, "GET /version", h.getVersion)
-
-	// access
-	h.handle(mux, "GET /access", h.getAccessIndex)
-	h.handle(mux, "GET /access/ticket", h.getTicket, public)
-	h.handle(mux, "POST /access/ticket", h.postTicket, public)
-	h.handle(mux, "GET /access/domains", h.getDomains, public)
-	h.handle(mux, "GET /access/domains/{realm}", h.getDomain)
-	h.handle(mux, "GET /access/users", h.getUsers)
-	h.handle(mux, "GET /access/users/{userid}", h.getUser)
-	h.handle(mux, "GET /access/groups", h.getGroups)
-	h.handle(mux, "GET /access/groups/{groupid}", h.getGroup)
-	h.handle(mux, "GET /access/roles", h.getRoles)
-	h.handle(mux, "GET /access/roles/{roleid}", h.getRole)
-	h.handle(mux, "GET /access/acl", h.getACL)
-	h.handle(mux, "GET /access/permissions", h.getPermissions)
-
-	// cluster
-	h.handle(mux, "GET /cluster", h.getClusterIndex)
-	h.handle(mux, "GET /cluster/resources", h.getClusterResources)
-	h.handle(mux, "GET /cluster/status", h.getClusterStatus)
-	h.handle(mux, "GET /cluster/nextid", h.getNextID)
-	h.handle(mux, "GET /cluster/tasks", h.getClusterTasks)
-	h.handle(mux, "GET /cluster/ha", h.getHAIndex)
-	h.handle(mux, "GET /cluster/ha/groups", h.emptyList)
-	h.handle(mux, "GET /cluster/ha/resources", h.emptyList)
-	h.handle(mux, "GET /cluster/ha/resources/{sid}", h.getHAResource)
-	h.handle(mux, "GET /cluster/ha/status/current", h.emptyList)
-
-	// pools and storage
-	h.handle(mux, "GET /pools", h.getPools)
-	h.handle(mux, "POST /pools", h.postPool)
-	h.handle(mux, "PUT /pools", h.putPool)
-	h.handle(mux, "DELETE /pools", h.deletePool)
-	h.handle(mux, "GET /pools/{poolid}", h.getPool)
-	h.handle(mux, "PUT /pools/{poolid}", h.putPool)
-	h.handle(mux, "DELETE /pools/{poolid}", h.deletePool)
-	h.handle(mux, "GET /storage", h.getStorageConfig)
-	h.handle(mux, "GET /storage/{storage}", h.getStorageConfigOne)
-
-	// nodes
-	h.handle(mux, "GET /nodes", h.getNodes)
-	h.handle(mux, "GET /nodes/{node}", h.getNodeIndex)
-	h.handle(mux, "GET /nodes/{node}/status", h.getNodeStatus)
-	h.handle(mux, "GET /nodes/{node}/rrddata", h.getNodeRRDData)
-	h.handle(mux, "GET /nodes/{node}/version", h.getNodeVersion)
-	h.handle(mux, "GET /nodes/{node}/time", h.getNodeTime)
-	h.handle(mux, "GET /nodes/{node}/dns", h.getNodeDNS)
-	h.handle(mux, "GET /nodes/{node}/hosts", h.getNodeHosts)
-	h.handle(mux, "GET /nodes/{node}/network", h.getNodeNetwork)
-	h.handle(mux, "GET /nodes/{node}/storage", h.getNodeStorage)
-	h.handle(mux, "GET /nodes/{node}/storage/{storage}/status", h.getNodeStorageStatus)
-	h.handle(mux, "GET /nodes/{node}/storage/{storage}/content", h.getStorageContent)
-	h.handle(mux, "GET /nodes/{node}/storage/{storage}/content/{volume}", h.getStorageVolume)
-	// {volume...}: proxmoxer and Ansible send local:iso/x.iso unescaped,
-	// and PVE takes the rest of the path as the volume.
-	h.handle(mux, "DELETE /nodes/{node}/storage/{storage}/content/{volume...}", h.deleteStorageVolume)
-	h.handle(mux, "POST /nodes/{node}/storage/{storage}/download-url", h.postDownloadURL)
-	h.handle(mux, "GET /nodes/{node}/query-url-metadata", h.getQueryURLMetadata)
-	h.handle(mux, "GET /nodes/{node}/lxc", h.getNodeLXC)
-	h.handle(mux, "GET /nodes/{node}/tasks", h.getNodeTasks)
-	h.handle(mux, "GET /nodes/{node}/tasks/{upid}", h.getTaskIndex)
-	h.handle(mux, "GET /nodes/{node}/tasks/{upid}/status", h.getTaskStatus)
-	h.handle(mux, "GET /nodes/{node}/tasks/{upid}/log", h.getTaskLog)
-
-	// qemu
-	h.handle(mux, "GET /nodes/{node}/qemu", h.getQemuList)
-	h.handle(mux, "POST /nodes/{node}/qemu", h.postQemu)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}", h.getQemuIndex)
-	h.handle(mux, "DELETE /nodes/{node}/qemu/{vmid}", h.deleteQemu)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/config", h.getQemuConfig)
-	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/config", h.putQemuConfig)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/config", h.postQemuConfig)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/pending", h.getQemuPending)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/cloudinit", h.getQemuCloudinit)
-	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/cloudinit", h.putQemuCloudinit)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/cloudinit/dump", h.getQemuCloudinitDump)
-	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/resize", h.putQemuResize)
-	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/unlink", h.putQemuUnlink)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/template", h.postQemuTemplate)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/clone", h.postQemuClone)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/migrate", h.getQemuMigrate)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/migrate", h.postQemuMigrate)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/status", h.getQemuStatusIndex)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/status/current", h.getQemuStatusCurrent)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/rrddata", h.getQemuRRDData)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/status/{action}", h.postQemuStatus)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/snapshot", h.getQemuSnapshots)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/snapshot", h.postQemuSnapshot)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/snapshot/{snapname}", h.getQemuSnapshotIndex)
-	h.handle(mux, "DELETE /nodes/{node}/qemu/{vmid}/snapshot/{snapname}", h.deleteQemuSnapshot)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback", h.postQemuRollback)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config", h.getQemuSnapshotConfig)
-	h.handle(mux, "PUT /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config", h.putQemuSnapshotConfig)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/vncproxy", h.postQemuVNCProxy)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/termproxy", h.postQemuTermProxy)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/vncwebsocket", h.getQemuVNCWebsocket)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/agent", h.getAgentIndex)
-	h.handle(mux, "GET /nodes/{node}/qemu/{vmid}/agent/{command}", h.getAgent)
-	h.handle(mux, "POST /nodes/{node}/qemu/{vmid}/agent/{command}", h.getAgent)
+	for _, rt := range h.routeTable() {
+		path := rt.path
+		if path == "/" {
+			path = "" // paths arrive cleaned: the root is "/api2/json" exactly
+		}
+		mux.Handle(rt.method+" /api2/json"+path, h.serve(rt))
+	}
 	return mux
 }

@@ -152,7 +152,7 @@ func vmStatus(g kube.Guest, f guestFacts) vmStatusRow {
 func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
 	row := vmCurrentRow{vmStatusRow: vmStatus(g, f), HA: map[string]int{"managed": 0}}
 	row.QMPStatus = f.state.QMPStatus
-	if translate.AgentEnabled(f.cfg["agent"]) {
+	if translate.AgentEnabled(translate.AgentConfig(g.VM)) {
 		row.Agent = 1
 	}
 	if f.state.Running() {

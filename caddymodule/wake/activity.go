@@ -5,11 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-proxmox/caddy-proxmox/lxc"
 )
@@ -56,78 +54,13 @@ func busyIfOf(r lxc.BusyRule) *BusyIf {
 	}
 }
 
-// activityConfig adds busy_if, pre_stop_check and stream_idle_timeout to
-// the guest config.
-func (h *WakeHandler) activityConfig(cfg *lxc.GuestConfig) {
-	for _, b := range h.BusyIf {
-		if b != nil {
-			cfg.BusyIf = append(cfg.BusyIf, b.rule())
-		}
-	}
-	cfg.PreStopCheck = h.PreStopCheck
-	cfg.PreStopTimeout = time.Duration(h.PreStopTimeout)
-	cfg.StreamIdleTimeout = time.Duration(h.StreamIdleTimeout)
-}
-
-// unmarshalMore reads the options of activity.go and page_template.go;
-// known is false for an option it does not know.
-func (m *WakeHandler) unmarshalMore(d *caddyfile.Dispenser, opt string) (known bool, err error) {
-	switch opt {
-	case "busy_if":
-		args := d.RemainingArgs()
-		if len(args) == 0 {
-			return true, d.ArgErr()
-		}
-		r, err := lxc.ParseBusyIf(strings.Join(args, " "))
-		if err != nil {
-			return true, d.Err(err.Error())
-		}
-		m.BusyIf = append(m.BusyIf, busyIfOf(r))
-	case "pre_stop_check":
-		args := d.RemainingArgs()
-		if len(args) < 1 || len(args) > 2 {
-			return true, d.ArgErr()
-		}
-		m.PreStopCheck = args[0]
-		if len(args) == 2 {
-			dur, err := caddy.ParseDuration(args[1])
-			if err != nil {
-				return true, d.Errf("bad duration '%s': %v", args[1], err)
-			}
-			m.PreStopTimeout = caddy.Duration(dur)
-		}
-	case "stream_idle_timeout":
-		dur, err := durationArg(d)
-		if err != nil {
-			return true, err
-		}
-		m.StreamIdleTimeout = caddy.Duration(dur)
-	case "page":
-		if !d.NextArg() {
-			return true, d.ArgErr()
-		}
-		m.Page = d.Val()
-		if d.NextArg() {
-			return true, d.ArgErr()
-		}
-	case "use_handle_errors":
-		if d.NextArg() {
-			return true, d.ArgErr()
-		}
-		m.UseHandleErrors = true
-	default:
-		return false, nil
-	}
-	return true, nil
-}
-
 // beginActivity counts the request as activity until end is called. With
 // stream_idle_timeout, a websocket or event stream is watched: w and the
 // request body are wrapped to see its bytes, and so is the connection
-// of an upgrade. A CONNECT is a stream too (a websocket over HTTP/2 or
-// HTTP/3, whose client bytes come in the body).
+// of an upgrade (a websocket over HTTP/2 or HTTP/3 is a CONNECT whose
+// client bytes come in the body, its server bytes through w).
 func (h *WakeHandler) beginActivity(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, func()) {
-	stream := isStream(r) || r.Method == http.MethodConnect
+	stream := isStream(r)
 	if !stream || h.StreamIdleTimeout <= 0 {
 		return w, h.guest.Begin(stream)
 	}
@@ -177,12 +110,18 @@ func (w *streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return conn, brw, err
 	}
-	sc := streamConn{Conn: conn, s: w.s}
+	return WatchConn(conn, w.s), brw, nil
+}
+
+// WatchConn wraps a stream's connection so that each byte read or
+// written touches s. It keeps CloseWrite when conn has it: reverse_proxy
+// and layer4's proxy half-close through it.
+func WatchConn(conn net.Conn, s *lxc.StreamActivity) net.Conn {
+	sc := streamConn{Conn: conn, s: s}
 	if _, ok := conn.(interface{ CloseWrite() error }); ok {
-		// reverse_proxy half-closes through CloseWrite when it has it.
-		return &streamConnCW{sc}, brw, nil
+		return &streamConnCW{sc}
 	}
-	return &sc, brw, nil
+	return &sc
 }
 
 type streamConn struct {

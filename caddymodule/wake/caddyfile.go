@@ -11,6 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/caddy-proxmox/caddy-proxmox/lxc"
 )
 
 func init() {
@@ -68,6 +70,10 @@ func parseWakeCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //		use_handle_errors                # error answers go to handle_errors
 //	}
 //
+// The options from idle_timeout to stream_idle_timeout but mode, ignore,
+// events_path and show_details are GuestOptions, read by its
+// UnmarshalOption as layer4's proxmox_wake reads them.
+//
 // An ignore line naming a matcher (@name, or a path) is only recorded
 // here: FinalizeUnmarshalCaddyfile resolves it with the site's matcher
 // definitions.
@@ -82,120 +88,29 @@ func (m *WakeHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	for d.NextBlock(0) {
 		opt := d.Val()
-		switch opt {
-		case "idle_timeout", "wake_timeout", "hold_timeout", "stop_timeout", "probe_interval", "ready_after", "task_poll_interval":
-			dur, err := durationArg(d)
+		if known, err := m.GuestOptions.UnmarshalOption(d, opt); known {
+			if err == nil && opt == "probe" && m.Probe == lxc.ProbeUDP {
+				return d.Err(errProbeUDP.Error())
+			}
 			if err != nil {
 				return err
 			}
-			cd := caddy.Duration(dur)
-			switch opt {
-			case "idle_timeout":
-				m.IdleTimeout = &cd
-			case "wake_timeout":
-				m.WakeTimeout = cd
-			case "hold_timeout":
-				m.HoldTimeout = cd
-			case "stop_timeout":
-				m.StopTimeout = cd
-			case "probe_interval":
-				m.ProbeInterval = cd
-			case "ready_after":
-				m.ReadyAfter = cd
-			case "task_poll_interval":
-				m.TaskPollInterval = cd
+			continue
+		}
+		switch opt {
+		case "mode", "events_path", "tag", "page":
+			p := map[string]*string{"mode": &m.Mode, "events_path": &m.EventsPath, "tag": &m.Tag, "page": &m.Page}[opt]
+			if err := oneArg(d, func(v string) error { *p = v; return nil }); err != nil {
+				return err
 			}
-		case "retry_backoff":
-			args := d.RemainingArgs()
-			if len(args) < 1 || len(args) > 2 {
-				return d.ArgErr()
-			}
-			for i, a := range args {
-				dur, err := caddy.ParseDuration(a)
-				if err != nil {
-					return d.Errf("bad duration '%s': %v", a, err)
-				}
-				if i == 0 {
-					m.RetryBackoff = caddy.Duration(dur)
-				} else {
-					m.MaxBackoff = caddy.Duration(dur)
-				}
-			}
-		case "stop_method", "address", "mode", "events_path", "tag", "time_zone":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			switch opt {
-			case "time_zone":
-				m.TimeZone = d.Val()
-			case "tag":
-				m.Tag = d.Val()
-			case "stop_method":
-				m.StopMethod = d.Val()
-			case "address":
-				m.Address = d.Val()
-			case "mode":
-				m.Mode = d.Val()
-			case "events_path":
-				m.EventsPath = d.Val()
-			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-		case "port", "max_pending":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			n, err := strconv.Atoi(d.Val())
-			if err != nil {
-				return d.Errf("%s: %v", opt, err)
-			}
-			if opt == "port" {
-				m.Port = n
-			} else {
-				m.MaxPending = n
-			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-		case "probe":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			m.Probe = d.Val()
-			if d.NextArg() {
-				if m.Probe != "http" {
-					return d.Errf("only the http probe takes a path")
-				}
-				m.ProbePath = d.Val()
-			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-		case "keep_warm":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			w := args[0]
-			for _, a := range args[1:] {
-				w += " " + a
-			}
-			m.KeepWarm = append(m.KeepWarm, w)
-		case "depends_on":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			m.DependsOn = append(m.DependsOn, args...)
-		case "leave_external", "show_details":
+		case "show_details", "use_handle_errors":
 			if d.NextArg() {
 				return d.ArgErr()
 			}
 			if opt == "show_details" {
 				m.ShowDetails = true
 			} else {
-				m.LeaveExternal = true
+				m.UseHandleErrors = true
 			}
 		case "ignore":
 			ignore := d.Token()
@@ -217,13 +132,7 @@ func (m *WakeHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			m.IgnoreRaw = append(m.IgnoreRaw, ms)
 		default:
-			known, err := m.unmarshalMore(d, opt)
-			if err != nil {
-				return err
-			}
-			if !known {
-				return d.Errf("unknown proxmox_wake option '%s'", opt)
-			}
+			return d.Errf("unknown proxmox_wake option '%s'", opt)
 		}
 	}
 	return nil

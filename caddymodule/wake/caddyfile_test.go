@@ -205,10 +205,10 @@ func TestWakeTimeZone(t *testing.T) {
 	if h["time_zone"] != "Europe/Paris" || !reflect.DeepEqual(h["keep_warm"], []any{"Mon-Fri 08:00-18:00"}) {
 		t.Fatalf("handler = %v", h)
 	}
-	if err := (&WakeHandler{Guest: "lab/100", TimeZone: "Europe/Paris"}).Validate(); err != nil {
+	if err := (&WakeHandler{Guest: "lab/100", GuestOptions: GuestOptions{TimeZone: "Europe/Paris"}}).Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&WakeHandler{Guest: "lab/100", TimeZone: "Mars/Olympus"}).Validate(); err == nil {
+	if err := (&WakeHandler{Guest: "lab/100", GuestOptions: GuestOptions{TimeZone: "Mars/Olympus"}}).Validate(); err == nil {
 		t.Fatal("unknown zone accepted")
 	}
 }
@@ -282,10 +282,10 @@ func TestWakeActivityAndPageAdapt(t *testing.T) {
 		}
 	}
 	for _, h := range []*WakeHandler{
-		{Guest: "lab/100", PreStopCheck: "ftp://x/"},
-		{Guest: "lab/100", PreStopCheck: "http://{guest.ip}/"},
-		{Guest: "lab/100", BusyIf: []*BusyIf{{Window: caddy.Duration(time.Minute)}}},
-		{Guest: "lab/100", StreamIdleTimeout: -1},
+		{Guest: "lab/100", GuestOptions: GuestOptions{PreStopCheck: "ftp://x/"}},
+		{Guest: "lab/100", GuestOptions: GuestOptions{PreStopCheck: "http://{guest.ip}/"}},
+		{Guest: "lab/100", GuestOptions: GuestOptions{BusyIf: []*BusyIf{{Window: caddy.Duration(time.Minute)}}}},
+		{Guest: "lab/100", GuestOptions: GuestOptions{StreamIdleTimeout: -1}},
 	} {
 		if err := h.Validate(); err == nil {
 			t.Errorf("%+v accepted", h)

@@ -36,55 +36,13 @@ type WakeHandler struct {
 	// placeholder reference (caddy-wake); its caddy-<option>-<value> tags
 	// override port, idle_timeout, wake_timeout, probe and stop_method.
 	Tag string `json:"tag,omitempty"`
-	// IdleTimeout before an idle guest is stopped (15m); 0 never stops.
-	IdleTimeout *caddy.Duration `json:"idle_timeout,omitempty"`
-	// WakeTimeout bounds a wake from start to ready (2m).
-	WakeTimeout caddy.Duration `json:"wake_timeout,omitempty"`
-	// HoldTimeout bounds how long one request is held (60s, and never
-	// much longer than wake_timeout).
-	HoldTimeout caddy.Duration `json:"hold_timeout,omitempty"`
-	// StopMethod is shutdown (graceful, forced after stop_timeout), stop
-	// or suspend.
-	StopMethod string `json:"stop_method,omitempty"`
-	// StopTimeout is the graceful shutdown time before forcing (1m).
-	StopTimeout caddy.Duration `json:"stop_timeout,omitempty"`
-	// Address is the guest's host when it cannot be discovered
-	// (discovery: LXC config MAC matched on /interfaces, QEMU guest agent).
-	Address string `json:"address,omitempty"`
-	// Port is the service port probed and proxied to (80).
-	Port int `json:"port,omitempty"`
-	// Probe is tcp (default), http or none.
-	Probe string `json:"probe,omitempty"`
-	// ProbePath is the path of the http probe, which expects a 2xx or 3xx.
-	ProbePath string `json:"probe_path,omitempty"`
-	// ProbeInterval is the period of readiness probes (100ms).
-	ProbeInterval caddy.Duration `json:"probe_interval,omitempty"`
-	// ReadyAfter is a settle delay after the probe first passes.
-	ReadyAfter caddy.Duration `json:"ready_after,omitempty"`
-	// RetryBackoff is the wait after a failed wake (10s, doubling up to
-	// MaxBackoff); meanwhile requests get 503 with the reason.
-	RetryBackoff caddy.Duration `json:"retry_backoff,omitempty"`
-	// MaxBackoff caps the doubled RetryBackoff (5m).
-	MaxBackoff caddy.Duration `json:"max_backoff,omitempty"`
-	// TaskPollInterval is the period of task and status checks (200ms).
-	TaskPollInterval caddy.Duration `json:"task_poll_interval,omitempty"`
-	// MaxPending caps held requests for this guest; beyond it, 503
-	// (0: no cap).
-	MaxPending int `json:"max_pending,omitempty"`
+	// GuestOptions are how the guest is woken, checked and put to sleep
+	// (shared with the layer4 handler).
+	GuestOptions
 	// Mode is auto (browsers get the loading page, others are held),
-	// page (everyone gets the page) or hold (nobody does).
+	// page (everyone gets the page, but websockets and event streams are
+	// held) or hold (nobody does).
 	Mode string `json:"mode,omitempty"`
-	// KeepWarm windows ("Mon-Fri 08:00-18:00") keep the guest from
-	// idling out, and start it when they open.
-	KeepWarm []string `json:"keep_warm,omitempty"`
-	// TimeZone is the IANA time zone of the keep_warm windows ("Europe/
-	// Paris"); the process's local time by default.
-	TimeZone string `json:"time_zone,omitempty"`
-	// DependsOn are guests of the same cluster woken first (in parallel)
-	// and kept up while this one is.
-	DependsOn []string `json:"depends_on,omitempty"`
-	// LeaveExternal never stops a guest someone else started.
-	LeaveExternal bool `json:"leave_external,omitempty"`
 	// IgnoreRaw are matcher sets for requests that neither wake the
 	// guest nor count as activity (health checks, bots): they are passed
 	// on when the guest is ready, else answered 503.
@@ -97,24 +55,6 @@ type WakeHandler struct {
 	// answers. Off, visitors read what failed in general words and the
 	// details go to the log and the admin API only.
 	ShowDetails bool `json:"show_details,omitempty"`
-	// BusyIf rules count a guest busy with work that does not pass
-	// through Caddy (a transcode, a download, SSH, SMB) as active, from
-	// its CPU, network and disk rates in the cluster poll.
-	BusyIf []*BusyIf `json:"busy_if,omitempty"`
-	// PreStopCheck is a URL asked before an idle stop: a 2xx lets the
-	// stop go ahead; any other answer (redirects are not followed), an
-	// error or no answer within PreStopTimeout means busy, and it is
-	// asked again later (after idle_timeout, at most a minute). It may
-	// contain {guest.address} (the guest's address, bracketed if IPv6),
-	// {guest.port}, {guest.vmid}, {guest.node} and {guest.name}.
-	PreStopCheck string `json:"pre_stop_check,omitempty"`
-	// PreStopTimeout bounds one pre_stop_check request (5s).
-	PreStopTimeout caddy.Duration `json:"pre_stop_timeout,omitempty"`
-	// StreamIdleTimeout ends a silent stream's claim to activity: a
-	// websocket or event stream that carried no bytes (either way) for
-	// this long no longer keeps the guest up, and the guest idles out
-	// idle_timeout after its last byte. 0: open streams always count.
-	StreamIdleTimeout caddy.Duration `json:"stream_idle_timeout,omitempty"`
 	// Page is a file with an html/template for the loading and error
 	// page that browsers get, read when the config loads. It is given
 	// .Name (the guest's public name), .State, .Message, .Error,
@@ -168,45 +108,6 @@ func (WakeHandler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// config is the handler's guest config with defaults.
-func (h *WakeHandler) config() (lxc.GuestConfig, error) {
-	cfg := lxc.GuestConfig{
-		IdleTimeout:      lxc.DefaultIdleTimeout,
-		WakeTimeout:      time.Duration(h.WakeTimeout),
-		StopMethod:       h.StopMethod,
-		StopTimeout:      time.Duration(h.StopTimeout),
-		Address:          h.Address,
-		Port:             h.Port,
-		Probe:            h.Probe,
-		ProbePath:        h.ProbePath,
-		ProbeInterval:    time.Duration(h.ProbeInterval),
-		ReadyAfter:       time.Duration(h.ReadyAfter),
-		RetryBackoff:     time.Duration(h.RetryBackoff),
-		MaxBackoff:       time.Duration(h.MaxBackoff),
-		TaskPollInterval: time.Duration(h.TaskPollInterval),
-		DependsOn:        h.DependsOn,
-		LeaveExternal:    h.LeaveExternal,
-	}
-	if h.IdleTimeout != nil {
-		cfg.IdleTimeout = time.Duration(*h.IdleTimeout)
-	}
-	h.activityConfig(&cfg)
-	for _, s := range h.KeepWarm {
-		w, err := lxc.ParseWindow(s)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.KeepWarm = append(cfg.KeepWarm, w)
-	}
-	loc, err := loadTimeZone(h.TimeZone)
-	if err != nil {
-		return cfg, err
-	}
-	cfg.TimeZone = loc
-	cfg = cfg.WithDefaults()
-	return cfg, cfg.Validate()
-}
-
 // Provision binds the handler to its guest's shared runtime. It contacts
 // nothing and never starts or stops the guest.
 func (h *WakeHandler) Provision(ctx caddy.Context) error {
@@ -214,7 +115,7 @@ func (h *WakeHandler) Provision(ctx caddy.Context) error {
 	if err := h.Validate(); err != nil {
 		return err
 	}
-	cfg, _ := h.config()
+	cfg, _ := h.GuestConfig()
 	h.port = cfg.Port
 	h.hold = time.Duration(h.HoldTimeout)
 	if h.hold == 0 {
@@ -272,17 +173,20 @@ func (h *WakeHandler) Validate() error {
 	default:
 		return fmt.Errorf("proxmox_wake: mode %q must be auto, page or hold", h.Mode)
 	}
-	if h.MaxPending < 0 || h.HoldTimeout < 0 {
-		return errors.New("proxmox_wake: max_pending and hold_timeout must not be negative")
+	if h.Probe == lxc.ProbeUDP {
+		return fmt.Errorf("proxmox_wake %s: %s", h.Guest, errProbeUDP)
 	}
 	if h.EventsPath != "" && !strings.HasPrefix(h.EventsPath, "/") {
 		return fmt.Errorf("proxmox_wake: events_path %q must start with /", h.EventsPath)
 	}
-	if _, err := h.config(); err != nil {
+	if _, err := h.GuestConfig(); err != nil {
 		return fmt.Errorf("proxmox_wake %s: %w", h.Guest, err)
 	}
 	return h.validateTag()
 }
+
+// errProbeUDP refuses the udp probe: an HTTP service answers on TCP.
+var errProbeUDP = errors.New("probe udp is for layer4's proxmox_wake: an HTTP service is probed with tcp or http")
 
 // splitGuest splits a guest reference "<cluster>/<vmid|name>".
 func splitGuest(guest string) (cluster, ref string, err error) {
@@ -338,7 +242,7 @@ func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 		return next.ServeHTTP(w, r)
 	}
 	op := g.Wake(r.Method + " " + r.URL.Path)
-	if h.Mode == "page" || (h.Mode != "hold" && isNavigation(r)) {
+	if wantsPage(r, h.Mode) {
 		select {
 		case <-op.Done():
 			if op.Err() == nil {
@@ -422,13 +326,27 @@ func (h *WakeHandler) failureText(err error) string {
 	return "The service could not be started."
 }
 
+// wantsPage tells whether a request to a sleeping guest gets the loading
+// page rather than being held: a browser navigating (mode auto), or any
+// request but a stream (mode page: a websocket or event stream cannot
+// show a page; held, it connects once the guest is ready).
+func wantsPage(r *http.Request, mode string) bool {
+	switch mode {
+	case "hold":
+		return false
+	case "page":
+		return !isStream(r)
+	}
+	return isNavigation(r)
+}
+
 // isNavigation reports whether a browser is loading a page: GET or HEAD,
-// not an upgrade, and Sec-Fetch-Mode navigate or HTML accepted.
+// not a stream, and Sec-Fetch-Mode navigate or HTML accepted.
 func isNavigation(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	if r.Header.Get("Upgrade") != "" {
+	if isStream(r) {
 		return false
 	}
 	if mode := r.Header.Get("Sec-Fetch-Mode"); mode != "" {
@@ -437,10 +355,16 @@ func isNavigation(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "text/html")
 }
 
-// isStream reports whether a request opens a long-lived exchange
-// (websocket, SSE), for the admin API's stream count.
+// isStream reports whether a request opens a long-lived exchange: a
+// websocket, whether an HTTP/1.1 upgrade or an extended CONNECT over
+// HTTP/2 or HTTP/3 (RFC 8441, RFC 9220: Go's HTTP/2 server gives it the
+// :protocol pseudo-header, quic-go puts the protocol in r.Proto), any
+// other CONNECT tunnel, or an event stream. Streams are never shown the
+// loading page (they are held), count as streams in flight, and are
+// watched by stream_idle_timeout.
 func isStream(r *http.Request) bool {
-	return r.Header.Get("Upgrade") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	return r.Method == http.MethodConnect || r.Header.Get("Upgrade") != "" ||
+		strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
 // Interface guards.

@@ -34,6 +34,7 @@ h1{font-size:1.3rem;margin:0 0 1rem}
 .bar{height:8px;background:#e3e6ea;border-radius:4px;overflow:hidden}
 .bar div{height:100%;width:{{.Progress}}%;background:#e57000;transition:width .3s}
 #msg{margin:1rem 0 .5rem;font-weight:500}
+#retry{margin:0 0 .5rem;color:#555}#retry:empty{display:none}
 #log{font:12px/1.5 ui-monospace,monospace;color:#666;list-style:none;padding:0;margin:0;max-height:12rem;overflow:auto}
 .err #msg{color:#b00020}.err .bar div{background:#b00020}
 </style>
@@ -43,23 +44,41 @@ h1{font-size:1.3rem;margin:0 0 1rem}
 <h1 id="title">{{if .Error}}{{.Name}} could not be started{{else}}Starting {{.Name}}…{{end}}</h1>
 <div class="bar"><div id="bar"></div></div>
 <p id="msg">{{.Message}}</p>
+<p id="retry"></p>
 <ul id="log"></ul>
 <noscript><p>This page reloads by itself every {{.Refresh}} seconds.</p></noscript>
 </main>
 <script>
 (function(){
-  var bar=document.getElementById("bar"),msg=document.getElementById("msg"),log=document.getElementById("log"),main=document.getElementById("main"),title=document.getElementById("title");
-  var retry={{.Refresh}}*1000, done=false;
+  var bar=document.getElementById("bar"),msg=document.getElementById("msg"),log=document.getElementById("log"),main=document.getElementById("main"),title=document.getElementById("title"),next=document.getElementById("retry");
+  var retry={{.Refresh}}, done=false, last=null;
   function reload(ms){ if(done){return} done=true; setTimeout(function(){location.reload()},ms) }
-  {{if .Error}}reload(retry);{{else}}
+  // After a failure: count down to the next try, then reload.
+  function countdown(secs){
+    var end=Date.now()+secs*1000;
+    (function tick(){
+      var left=Math.ceil((end-Date.now())/1000);
+      if(left<=0){ next.textContent="Trying again…"; reload(0); return }
+      next.textContent="Trying again in "+left+" s";
+      setTimeout(tick,250);
+    })();
+  }
+  // A step that updates the one before of its phase (the count of
+  // readiness checks) rewrites that line instead of adding one.
+  function logStep(e){
+    var text=new Date(e.time).toLocaleTimeString()+"  "+e.phase+": "+e.message;
+    if(e.update && last && last.getAttribute("data-phase")===e.phase){ last.textContent=text; return }
+    last=document.createElement("li"); last.setAttribute("data-phase",e.phase); last.textContent=text; log.appendChild(last);
+    log.scrollTop=log.scrollHeight;
+  }
+  {{if .Error}}countdown(retry);{{else}}
   if(!window.EventSource){ reload(2000); return }
   var es=new EventSource({{.EventsPath}});
   es.addEventListener("progress",function(m){
     var e=JSON.parse(m.data);
-    bar.style.width=e.progress+"%"; msg.textContent=e.message;
-    var li=document.createElement("li"); li.textContent=new Date(e.time).toLocaleTimeString()+"  "+e.phase+": "+e.message; log.appendChild(li);
+    bar.style.width=e.progress+"%"; msg.textContent=e.message; logStep(e);
     if(e.phase==="ready"){ es.close(); reload(150) }
-    if(e.phase==="error"){ es.close(); main.className="err"; title.textContent={{.Name}}+" could not be started"; document.title="Could not start "+{{.Name}}; reload(Math.max(1000,(e.retry_after||5)*1000)) }
+    if(e.phase==="error"){ es.close(); main.className="err"; title.textContent={{.Name}}+" could not be started"; document.title="Could not start "+{{.Name}}; countdown(Math.max(1,Math.ceil(e.retry_after||5))) }
   });
   es.onerror=function(){ es.close(); reload(3000) };
   {{end}}
@@ -128,6 +147,7 @@ type eventJSON struct {
 	Message    string    `json:"message"`
 	Progress   int       `json:"progress"`
 	RetryAfter float64   `json:"retry_after,omitempty"`
+	Update     bool      `json:"update,omitempty"`
 }
 
 // serveEvents streams the wake's progress as SSE ("progress" events),
@@ -145,7 +165,7 @@ func (h *WakeHandler) serveEvents(w http.ResponseWriter, r *http.Request) error 
 		if h.ShowDetails && e.Detail != "" {
 			msg = e.Detail
 		}
-		b, _ := json.Marshal(eventJSON{Time: e.Time, Phase: e.Phase, Message: msg, Progress: e.Progress, RetryAfter: e.RetryAfter.Seconds()})
+		b, _ := json.Marshal(eventJSON{Time: e.Time, Phase: e.Phase, Message: msg, Progress: e.Progress, RetryAfter: e.RetryAfter.Seconds(), Update: e.Update})
 		if _, err := fmt.Fprintf(w, "event: progress\ndata: %s\n\n", b); err != nil {
 			return false
 		}

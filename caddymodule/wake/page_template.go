@@ -76,8 +76,12 @@ func (h *WakeHandler) setPlaceholders(r *http.Request, errText string, retrySecs
 	if !ok {
 		return
 	}
-	repl.Set(phState, string(h.guest.State()))
-	repl.Set(phGuest, h.publicName())
+	// A placeholder reference that has not resolved to a guest (the
+	// cluster unreachable, or no poll yet) has no state or name to show.
+	if h.guest != nil {
+		repl.Set(phState, string(h.guest.State()))
+		repl.Set(phGuest, h.publicName())
+	}
 	repl.Set(phError, errText)
 	repl.Set(phRetryAfter, retrySecs)
 	repl.Set(phEventsPath, h.EventsPath)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"html"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,11 +32,17 @@ var guestSeq atomic.Int32
 type wakeEnv struct {
 	sim  *pvesim.Sim
 	base string // the site, as a visitor types it
+	// served counts how often the guest served the visitor's page
+	// (/docs/page).
+	served *atomic.Int32
 }
 
 // guestSite is the woken guest's own web page: what the visitor came for.
-func guestSite() http.Handler {
+func guestSite(served *atomic.Int32) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/docs/page" { // the visitor's page, not the wake's probes
+			served.Add(1)
+		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, `<!DOCTYPE html><html><head><title>web: home</title></head>
 <body><h1>Welcome to web</h1><p>You asked for <span id="path">%s</span>.</p></body></html>`, html.EscapeString(r.URL.RequestURI()))
@@ -49,12 +56,13 @@ func newWakeEnv(t *testing.T, start, boot time.Duration, backoff string) *wakeEn
 	testbrowser.Chromium(t) // before starting anything: skip or fail at once
 	sim := pvesim.New(pvesim.Options{TaskDelay: 50 * time.Millisecond})
 	guestPort := testcaddy.FreePort(t)
+	served := new(atomic.Int32)
 	// 127.78.0.0/16 is this package's: the demo cluster serves on
 	// 127.0.0.2-4 and integration/wake on 127.77.0.0/16.
 	n := guestSeq.Add(1)
 	ip := fmt.Sprintf("127.78.%d.%d", n/250, 2+n%250)
 	if err := sim.AddGuest(pvesim.GuestSpec{VMID: 100, Name: "web", IP: ip, Port: guestPort,
-		StartDelay: start, BootDelay: boot, Handler: guestSite()}); err != nil {
+		StartDelay: start, BootDelay: boot, Handler: guestSite(served)}); err != nil {
 		t.Fatal(err)
 	}
 	apiURL, err := sim.Listen("127.0.0.1:0")
@@ -100,7 +108,7 @@ http://127.0.0.1:%d {
 `, dir, apiURL, sim.TokenID(), sim.TokenSecret(), port, guestPort, backoff)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	startCaddy(t, dir, cfg, addr)
-	return &wakeEnv{sim: sim, base: "http://" + addr}
+	return &wakeEnv{sim: sim, base: "http://" + addr, served: served}
 }
 
 // pageView is what a visitor sees of the page at one moment.
@@ -109,6 +117,7 @@ type pageView struct {
 	Title   string   `json:"title"`
 	H1      string   `json:"h1"`
 	Msg     string   `json:"msg"`
+	Retry   string   `json:"retry"`  // the countdown to the next try after a failure
 	Failed  bool     `json:"failed"` // the loading page's error look
 	Bar     int      `json:"bar"`    // progress bar, percent of its track as drawn
 	Log     []string `json:"log"`
@@ -126,7 +135,7 @@ const readView = `(() => {
 		pct = track ? Math.round(100 * bar.getBoundingClientRect().width / track) : -1;
 	}
 	return {
-		href: location.href, title: document.title, h1: text("h1"), msg: text("#msg"),
+		href: location.href, title: document.title, h1: text("h1"), msg: text("#msg"), retry: text("#retry"),
 		failed: !!document.querySelector("main.err"), bar: pct,
 		log: Array.from(document.querySelectorAll("#log li"), li => li.textContent),
 		path: text("#path"), text: document.body ? document.body.innerText : "",
@@ -219,6 +228,34 @@ func TestWakeLoadingPage(t *testing.T) {
 			t.Fatalf("loading page turned to its error look: %+v", v)
 		}
 	}
+	// The readiness checks are one line of the log that counts up, check
+	// by check (the boot takes about fifteen of them).
+	seen := map[int]bool{}
+	prev := 0
+	for _, v := range loading {
+		var lines []string
+		for _, l := range v.Log {
+			if strings.Contains(l, "probing: ") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 1 {
+			t.Fatalf("the checks take %d lines of the log: %q", len(lines), lines)
+		}
+		var n int
+		if len(lines) == 1 {
+			if _, err := fmt.Sscanf(lines[0][strings.Index(lines[0], "(check "):], "(check %d)", &n); err != nil {
+				t.Fatalf("probing line %q: %v", lines[0], err)
+			}
+		}
+		if n < prev {
+			t.Fatalf("the check count went back from %d to %d", prev, n)
+		}
+		prev, seen[n] = n, true
+	}
+	if !seen[4] && !seen[5] && !seen[6] && !seen[7] && !seen[8] && !seen[9] {
+		t.Errorf("the log skipped checks 4 to 9: saw %v", slices.Sorted(maps.Keys(seen)))
+	}
 
 	// The hand-over: the guest's page, at the typed URL, in place of the
 	// loading page (Back leaves the site instead of showing it again).
@@ -229,10 +266,11 @@ func TestWakeLoadingPage(t *testing.T) {
 	if last.History != first.History {
 		t.Errorf("history grew from %d to %d entries; the loading page should have replaced itself", first.History, last.History)
 	}
-	// It stays there: nothing reloads the guest's page.
-	time.Sleep(700 * time.Millisecond)
-	if after, err := chromedp.Run(ctx, chromedp.Evaluate[pageView](readView)); err != nil || after.H1 != "Welcome to web" {
-		t.Fatalf("guest page did not stay: %+v %v", after, err)
+	// The guest was asked for its page once: the hand-over loaded it a
+	// single time (the loading page replaced itself, so no script of it is
+	// left that could load it again).
+	if n := e.served.Load(); n != 1 {
+		t.Fatalf("the guest served %d pages for one visit, want 1", n)
 	}
 }
 
@@ -272,6 +310,16 @@ func TestWakeFailurePage(t *testing.T) {
 		t.Fatal(err)
 	}
 	views := watch(t, ctx, 10*time.Second, "the failure on the open page", func(v pageView) bool { return v.Failed }, nil)
+	// It counts down to the next try (the 3s back-off), a second at a
+	// time.
+	counts := watch(t, ctx, 5*time.Second, "the countdown to the next try", func(v pageView) bool { return v.Retry == "Trying again in 2 s" }, nil)
+	var secs []string
+	for _, v := range counts {
+		if len(secs) == 0 || secs[len(secs)-1] != v.Retry {
+			secs = append(secs, v.Retry)
+		}
+	}
+	wantInOrder(t, "countdown", secs, "Trying again in 3 s", "Trying again in 2 s")
 	// The page that was open says so in its heading and tab title too, not
 	// only in its status line: it may wait minutes for the next try.
 	live := views[len(views)-1]
@@ -289,6 +337,9 @@ func TestWakeFailurePage(t *testing.T) {
 	}
 	if v.H1 != "web could not be started" || v.Title != "Could not start web" || !v.Failed || !strings.HasPrefix(v.Msg, "The last start failed; next try in") || v.Href != target {
 		t.Fatalf("error page: %+v", v)
+	}
+	if !strings.HasPrefix(v.Retry, "Trying again in ") {
+		t.Fatalf("error page without a countdown: %+v", v)
 	}
 	for _, v := range append(views, v) {
 		if strings.Contains(v.Text, "startup for container") || strings.Contains(v.Text, "pve1") {

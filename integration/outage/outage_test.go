@@ -20,6 +20,7 @@ import (
 
 	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule"
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 	"github.com/caddy-proxmox/caddy-proxmox/testenv"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -76,11 +77,11 @@ https://localhost:%d {
 func TestAPIServerOutage(t *testing.T) {
 	env, a := startStack(t)
 	ctx := context.Background()
-	node := firstNode(a)
+	node := a.FirstNode()
 	var id string
 	a.OK("GET", "/cluster/nextid", nil, &id)
 	var upid string
-	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "outage-test", "cores", "1", "memory", "512"), &upid)
+	a.OK("POST", "/nodes/"+node+"/qemu", testcaddy.Form("vmid", id, "name", "outage-test", "cores", "1", "memory", "512"), &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("create: %s", exit)
 	}
@@ -88,8 +89,9 @@ func TestAPIServerOutage(t *testing.T) {
 	// Warm every code path once, then take the goroutine baseline.
 	a.Status(node, id)
 	a.OK("GET", "/cluster/resources", nil, nil)
-	before := settledGoroutines(a, 0)
-	t.Logf("goroutines before the outage: %d", before)
+	a.C.CloseIdleConnections()
+	before := testutil.SettledGoroutineBaseline()
+	t.Logf("goroutines before the outage: %d", before.Count())
 
 	// A start accepted right before the outage.
 	a.OK("POST", vmPath+"/status/start", nil, &upid)
@@ -125,7 +127,7 @@ func TestAPIServerOutage(t *testing.T) {
 		} {
 			var f url.Values
 			if c.method == "PUT" {
-				f = form("description", "written during the outage")
+				f = testcaddy.Form("description", "written during the outage")
 			}
 			t0 := time.Now()
 			ans := a.Do(c.method, c.path, f)
@@ -143,7 +145,7 @@ func TestAPIServerOutage(t *testing.T) {
 		a.OK("GET", "/version", nil, nil)
 		var login map[string]any
 		anon := &testcaddy.PVE{T: t, Base: a.Base, C: a.C}
-		anon.OK("POST", "/access/ticket", form("username", userID, "password", userPass), &login)
+		anon.OK("POST", "/access/ticket", testcaddy.Form("username", userID, "password", userPass), &login)
 		if login["ticket"] == nil {
 			t.Fatalf("login during the outage: %v", login)
 		}
@@ -160,7 +162,7 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	tBack := time.Now()
-	vm := vmByID(t, env, id)
+	vm := env.VMByID(t, id)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"renamed-after-outage"}}}`, translate.AnnotationName)
 	for {
 		_, err := env.DirectKubeVirt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
@@ -217,52 +219,9 @@ func TestAPIServerOutage(t *testing.T) {
 		}
 	}
 
-	after := settledGoroutines(a, before)
-	t.Logf("goroutines: %d before the outage, %d after recovery", before, after)
-	if after > before+5 {
-		t.Errorf("goroutine leak: %d before the outage, %d after recovery", before, after)
-	}
-}
-
-// settledGoroutines closes the client's idle connections and waits until
-// the goroutine count stops falling (or reaches want), so transient
-// goroutines of finished requests are not counted.
-func settledGoroutines(a *testcaddy.PVE, want int) int {
+	// Informers reconnected: their watch goroutines are new ones in place
+	// of the old, so the count is compared, not the goroutines themselves.
 	a.C.CloseIdleConnections()
-	n := runtime.NumGoroutine()
-	for i := 0; i < 60; i++ {
-		time.Sleep(500 * time.Millisecond)
-		m := runtime.NumGoroutine()
-		if (want > 0 && m <= want) || (want == 0 && m == n && i >= 4) {
-			return m
-		}
-		n = m
-	}
-	return n
-}
-
-func firstNode(a *testcaddy.PVE) string {
-	var nodes []map[string]any
-	a.OK("GET", "/nodes", nil, &nodes)
-	if len(nodes) == 0 {
-		a.T.Fatal("no nodes")
-	}
-	return nodes[0]["node"].(string)
-}
-
-func form(kv ...string) url.Values {
-	v := url.Values{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		v.Set(kv[i], kv[i+1])
-	}
-	return v
-}
-
-func vmByID(t *testing.T, env *testenv.Env, id string) *metav1.ObjectMeta {
-	t.Helper()
-	list, err := env.DirectKubeVirt.KubevirtV1().VirtualMachines("").List(context.Background(), metav1.ListOptions{LabelSelector: translate.LabelVMID + "=" + id})
-	if err != nil || len(list.Items) != 1 {
-		t.Fatalf("VM with vmid %s: %v", id, err)
-	}
-	return &list.Items[0].ObjectMeta
+	before.CheckCount(t, 30*time.Second, 5)
+	t.Logf("goroutines: %d before the outage, %d after recovery", before.Count(), runtime.NumGoroutine())
 }

@@ -15,9 +15,6 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
-// polls is how many /cluster/resources polls the simulator has answered.
-func (e *env) polls() int { return e.sim.Calls("GET /cluster/resources") }
-
 // waitPolls waits until n more polls have been answered: the positive
 // sign that Caddy looked at the guests that many times.
 func (e *env) waitPolls(n int) {

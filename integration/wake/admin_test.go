@@ -13,15 +13,22 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
+// guestInfo is a guest as the admin API shows it.
 type guestInfo struct {
-	Cluster  string   `json:"cluster"`
-	Guest    string   `json:"guest"`
-	VMID     int      `json:"vmid"`
-	Node     string   `json:"node"`
-	State    string   `json:"state"`
-	Address  string   `json:"address"`
-	SleepIn  *float64 `json:"sleep_in"`
-	Inflight int      `json:"inflight"`
+	Cluster      string     `json:"cluster"`
+	Guest        string     `json:"guest"`
+	VMID         int        `json:"vmid"`
+	Node         string     `json:"node"`
+	State        string     `json:"state"`
+	Address      string     `json:"address"`
+	SleepIn      *float64   `json:"sleep_in"`
+	Inflight     int        `json:"inflight"`
+	Streams      int        `json:"streams"`
+	LastActivity *time.Time `json:"last_activity"`
+	External     bool       `json:"started_externally"`
+	LastError    string     `json:"last_error"`
+	Lock         string     `json:"lock"`
+	HAState      string     `json:"hastate"`
 }
 
 // The admin API lists guests with state and time to sleep, and wakes or

@@ -21,6 +21,7 @@ import (
 	// The modules under test.
 	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule"
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
@@ -210,16 +211,30 @@ func (e *env) do(method, path string, headers ...string) (answer, error) {
 	return answer{res.StatusCode, res.Header, string(b)}, err
 }
 
-// waitFor polls cond every 10ms until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+// waitFor is testutil.WaitFor.
+var waitFor = testutil.WaitFor
+
+// polls is how many times the app has polled the simulated cluster.
+func (e *env) polls() int { return e.sim.Calls("GET /cluster/resources") }
+
+// waitPolled waits until the app has fully handled a poll of the cluster
+// that began after the call: it has seen the guests as the simulator shows
+// them now and acted on that. (A poll is counted when it reaches the
+// simulator, and the next one begins only after it was handled.)
+func (e *env) waitPolled() {
+	e.t.Helper()
+	want := e.polls() + 2
+	waitFor(e.t, 5*time.Second, "a poll of the cluster", func() bool { return e.polls() >= want })
+}
+
+// info reads the admin API's view of a guest (adminPort must be set).
+func (e *env) info(ref string) guestInfo {
+	e.t.Helper()
+	var in guestInfo
+	if code := e.adminJSON("GET", fmt.Sprintf("/proxmox/guests/%s/%s", e.cluster, ref), &in); code != 200 {
+		e.t.Fatalf("admin API on %s: %d", ref, code)
 	}
+	return in
 }
 
 // openUpgrade opens an upgraded (websocket-style) connection through

@@ -72,7 +72,7 @@ func TestReloadDuringWake(t *testing.T) {
 func TestQEMUAgentSuspendResume(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 200, Kind: "qemu", Name: "app", Node: "pve2"})
 	e.start(e.wakeSite("app", "stop_method suspend"))
-	time.Sleep(250 * time.Millisecond) // first poll resolves the name
+	e.waitPolled() // a poll resolves the name
 	a := e.get("/")
 	if a.code != 200 || !strings.Contains(a.body, "hello from app") {
 		t.Fatalf("wake by name: %d %s", a.code, a.body)
@@ -98,7 +98,7 @@ func TestQEMUAgentSuspendResume(t *testing.T) {
 func TestExternalStartCountsAsActivity(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 100}, pvesim.GuestSpec{VMID: 101})
 	e.start(e.wakeSite("100", ""), e.site("g101.test", "101", "", ""))
-	time.Sleep(250 * time.Millisecond)
+	e.waitPolled() // both known stopped
 	if err := e.sim.StartGuest(100); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestExternalStartCountsAsActivity(t *testing.T) {
 	}
 	// Started outside and then requested: no start call, just readiness.
 	_ = e.sim.StartGuest(101)
-	time.Sleep(200 * time.Millisecond)
+	e.waitPolled() // the app has seen it running
 	if a := e.get("/", "Host: g101.test"); a.code != 200 {
 		t.Fatalf("adopted guest: %d %s", a.code, a.body)
 	}
@@ -149,7 +149,7 @@ func TestStopMethodStop(t *testing.T) {
 func TestDependsOn(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 100}, pvesim.GuestSpec{VMID: 110, Name: "db"})
 	e.start(e.wakeSite("100", "depends_on db"))
-	time.Sleep(250 * time.Millisecond)
+	e.waitPolled() // the dependency's name is resolved
 	if a := e.get("/"); a.code != 200 {
 		t.Fatalf("wake %d %s", a.code, a.body)
 	}
@@ -200,13 +200,17 @@ func TestOnePollPerIntervalFor100Guests(t *testing.T) {
 		sites = append(sites, e.site(fmt.Sprintf("g%d.test", i), fmt.Sprint(1000+i), "", ""))
 	}
 	e.start(sites...)
-	time.Sleep(300 * time.Millisecond)
+	e.waitPolled() // start-up (node discovery) is over
 	e.sim.ResetCalls()
-	time.Sleep(2 * time.Second)
+	// Twenty polls at 100 ms: they take at least ~1.9 s (a load can only
+	// stretch that) whatever the number of guests, and nothing else is
+	// asked of the cluster meanwhile.
+	began := time.Now()
+	waitFor(t, 30*time.Second, "20 polls", func() bool { return e.polls() >= 20 })
+	took := time.Since(began)
 	counts := e.sim.CallCounts()
-	polls := counts["GET /cluster/resources"]
-	if polls < 15 || polls > 22 || len(counts) != 1 {
-		t.Fatalf("in 2s at 100ms: %v", counts)
+	if polls := counts["GET /cluster/resources"]; took < 1800*time.Millisecond || polls > 21 || len(counts) != 1 {
+		t.Fatalf("%d polls in %v at 100ms for 100 guests: %v", polls, took, counts)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/pvesim"
 )
 
@@ -23,7 +24,7 @@ import (
 func TestColdStartHeldRequest(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 100, Name: "web", BootDelay: 100 * time.Millisecond})
 	e.start(e.wakeSite("100", "idle_timeout 10s"))
-	time.Sleep(250 * time.Millisecond)
+	e.waitPolled()
 	if n := e.sim.CallsMatching("/status/"); n != 0 {
 		t.Fatalf("power calls before any request: %v", e.sim.CallCounts())
 	}
@@ -78,6 +79,7 @@ func TestIdleStopAndRewakeDuringStop(t *testing.T) {
 // closes, the guest idles out. A streaming response does the same.
 func TestWebsocketAndStreamKeepAwake(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 100})
+	e.adminPort = testcaddy.FreePort(t)
 	e.start(e.wakeSite("100", ""))
 	if a := e.get("/"); a.code != 200 {
 		t.Fatalf("wake: %d", a.code)
@@ -95,8 +97,13 @@ func TestWebsocketAndStreamKeepAwake(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// Idle on the websocket itself (no frames) must not count as idle.
+	// Idle on the websocket itself (no frames for more than twice
+	// idle_timeout) must not count as idle: the guest still counts the
+	// connection in flight, which keeps its idle check from stopping it.
 	time.Sleep(700 * time.Millisecond)
+	if info := e.info("100"); info.Inflight == 0 || info.SleepIn == nil || *info.SleepIn != 0.3 {
+		t.Fatalf("the open websocket is not counted in flight: %+v", info)
+	}
 	if e.sim.Status(100) != "running" || e.sim.ActionCalls(100, "shutdown") != 0 {
 		t.Fatal("guest stopped while a websocket was open")
 	}
@@ -168,7 +175,7 @@ func TestThousandConcurrentRequests(t *testing.T) {
 func TestBrowserLoadingPageAndSSE(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 100, Name: "web", StartDelay: 300 * time.Millisecond})
 	e.start(e.wakeSite("100", "idle_timeout 10s"))
-	time.Sleep(250 * time.Millisecond) // first poll: the guest's name is known
+	e.waitPolled() // the guest's name is known
 	began := time.Now()
 	a := e.get("/page", "Accept: text/html,application/xhtml+xml", "Sec-Fetch-Mode: navigate")
 	if time.Since(began) > time.Second {
@@ -309,14 +316,19 @@ func TestNeverReadyAndAPIFaults(t *testing.T) {
 // passed on while awake, and the guest still idles out under them.
 func TestIgnoreMatcher(t *testing.T) {
 	e := newEnv(t, pvesim.GuestSpec{VMID: 100})
+	e.adminPort = testcaddy.FreePort(t)
 	e.start(e.site("127.0.0.1", "100", "ignore {\n\t\t\tpath /health\n\t\t}\n\t\tignore @bots", "@bots header User-Agent *bot*"))
+	waitFor(t, 2*time.Second, "the guest known stopped", func() bool { return e.info("100").State == "stopped" })
 	if a := e.get("/health"); a.code != 503 || a.header.Get("Retry-After") == "" {
 		t.Fatalf("health while asleep: %d", a.code)
 	}
 	if a := e.get("/page", "User-Agent: Googlebot/2.1"); a.code != 503 {
 		t.Fatalf("bot while asleep: %d", a.code)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// A request that wakes or extends does so before it is answered.
+	if info := e.info("100"); info.State != "stopped" || info.LastActivity != nil || info.Inflight != 0 {
+		t.Fatalf("ignored requests woke or touched the guest: %+v", info)
+	}
 	if n := e.sim.ActionCalls(100, "start"); n != 0 {
 		t.Fatalf("ignored requests woke the guest (%d starts)", n)
 	}
@@ -352,15 +364,18 @@ func TestValidateAndLoadStartNothing(t *testing.T) {
 	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
 		t.Fatal(err)
 	}
+	before := testutil.GoroutineBaseline()
 	if err := caddy.Validate(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Nothing validate started still runs, so no call can come later.
+	before.Check(t, 5*time.Second)
 	if n := e.sim.TotalCalls(); n != 0 {
 		t.Fatalf("validate made %d API calls: %v", n, e.sim.CallCounts())
 	}
 	e.start(e.wakeSite("100", "idle_timeout 10s"))
-	time.Sleep(500 * time.Millisecond)
+	e.waitPolled()
+	e.waitPolled()
 	if n := e.sim.CallsMatching("/status/"); n != 0 {
 		t.Fatalf("loading a config called %v", e.sim.CallCounts())
 	}

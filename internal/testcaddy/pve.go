@@ -132,3 +132,25 @@ func (a *PVE) Status(node, vmid string) map[string]any {
 func TokenAuth(id, secret string) func(*http.Request) {
 	return func(r *http.Request) { r.Header.Set("Authorization", "PVEAPIToken="+id+"="+secret) }
 }
+
+// FirstNode is the name of the first node GET /nodes lists, as PVE
+// clients see it.
+func (a *PVE) FirstNode() string {
+	a.T.Helper()
+	var nodes []map[string]any
+	a.OK("GET", "/nodes", nil, &nodes)
+	if len(nodes) == 0 {
+		a.T.Fatal("GET /nodes lists no node")
+	}
+	name, _ := nodes[0]["node"].(string)
+	return name
+}
+
+// Form is a form of key, value pairs.
+func Form(kv ...string) url.Values {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Set(kv[i], kv[i+1])
+	}
+	return v
+}

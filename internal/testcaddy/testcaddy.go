@@ -6,54 +6,53 @@ package testcaddy
 import (
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
+
 	// The Caddyfile adapter and the standard modules tests configure.
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort is testutil.FreePort, for the tests that use testcaddy.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	p, err := Port()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return testutil.FreePort(t)
 }
 
-// Port returns a loopback TCP port that was free a moment ago.
-func Port() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// Port is testutil.Port, for the tests that use testcaddy.
+func Port() (int, error) { return testutil.Port() }
 
 // Load (re)loads Caddy with a Caddyfile. The global options block gets
 // "admin off" and no storage outside a temp dir.
 func Load(t testing.TB, caddyfile string) {
 	t.Helper()
-	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+	warnings, err := LoadCaddyfile(caddyfile)
 	if err != nil {
-		t.Fatalf("adapting Caddyfile: %v\n%s", err, caddyfile)
+		t.Fatalf("%v\n%s", err, caddyfile)
 	}
 	for _, w := range warnings {
 		t.Logf("caddyfile warning: %s", w.String())
 	}
-	if err := caddy.Load(cfgJSON, true); err != nil {
-		t.Fatalf("loading Caddy config: %v", err)
+}
+
+// LoadCaddyfile is Load for callers without a testing.TB (TestMain): it
+// returns the adapter's warnings and any error.
+func LoadCaddyfile(caddyfile string) ([]caddyconfig.Warning, error) {
+	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		return nil, fmt.Errorf("adapting Caddyfile: %w", err)
 	}
+	if err := caddy.Load(cfgJSON, true); err != nil {
+		return warnings, fmt.Errorf("loading Caddy config: %w", err)
+	}
+	return warnings, nil
 }
 
 // Start loads caddyfile and stops Caddy when the test ends.
@@ -94,18 +93,25 @@ func Client() *http.Client {
 // listener is up.
 func WaitReady(t testing.TB, url string) {
 	t.Helper()
+	if err := Ready(url, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Ready is WaitReady for callers without a testing.TB: it polls url until
+// it answers anything, and returns an error when timeout passes first.
+func Ready(url string, timeout time.Duration) error {
 	c := Client()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	deadline := time.Now().Add(timeout)
+	for {
 		res, err := c.Get(url)
 		if err == nil {
 			res.Body.Close()
-			return
+			return nil
 		}
-		if !strings.Contains(err.Error(), "refused") && !strings.Contains(err.Error(), "EOF") {
-			t.Logf("waiting for %s: %v", url, err)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not come up within %s: %w", url, timeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("%s did not come up", url)
 }

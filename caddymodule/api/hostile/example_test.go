@@ -9,6 +9,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	// Caddyfile.example's layer4 route hands connections to caddy-l4's
+	// proxy, which xcaddy.sh builds into ./caddy.
+	_ "github.com/mholt/caddy-l4/modules/l4proxy"
 )
 
 // TestExampleTimeouts: Caddyfile.example carries the slow-client limits

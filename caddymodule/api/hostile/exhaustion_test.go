@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 var tokenHeader = "Authorization: PVEAPIToken=" + tokenID + "=" + tokenSecret
@@ -162,7 +164,7 @@ func (s *server) trickle(head, rest string, interval, limit time.Duration) (cut 
 // the server's goroutines return to where they were.
 func TestSlowClientsAreCutOff(t *testing.T) {
 	s := start(t, keyA, "\t\t\tread_header 2s\n\t\t\tread_body_idle 2s 100\n\t\t\tidle 5s")
-	base := settledGoroutines()
+	base := testutil.SettledGoroutineBaseline()
 	const headers, bodies = 50, 20
 	var wg sync.WaitGroup
 	type result struct {
@@ -208,7 +210,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	}
 	t.Logf("slowloris headers (%d): cut after <= %s, answers %v", headers, worst["headers"].Round(time.Millisecond), statuses["headers"])
 	t.Logf("trickled bodies (%d): cut after <= %s, answers %v", bodies, worst["body"].Round(time.Millisecond), statuses["body"])
-	eventually(t, 30*time.Second, fmt.Sprintf("goroutines back to baseline %d", base), func() bool { return runtime.NumGoroutine() <= base+5 })
+	base.Check(t, 30*time.Second)
 }
 
 // TestSlowBodyWithoutTimeouts: with Caddy's default timeouts (a body may
@@ -216,7 +218,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 // deadline still ends a trickled API body.
 func TestSlowBodyWithoutTimeouts(t *testing.T) {
 	s := start(t, keyA, "")
-	base := settledGoroutines()
+	base := testutil.SettledGoroutineBaseline()
 	head := fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n", vmPath, tokenHeader)
 	cut, st, err := s.trickle(head, "bogus="+strings.Repeat("x", 994), 500*time.Millisecond, 60*time.Second)
 	if err != nil {
@@ -226,7 +228,7 @@ func TestSlowBodyWithoutTimeouts(t *testing.T) {
 	if st != "400 request body timed out" {
 		t.Errorf("answer %q, want a PVE 400", st)
 	}
-	eventually(t, 30*time.Second, fmt.Sprintf("goroutines back to baseline %d", base), func() bool { return runtime.NumGoroutine() <= base+5 })
+	base.Check(t, 30*time.Second)
 }
 
 // TestManyPartialConnections: 500 connections that send half a request
@@ -234,7 +236,7 @@ func TestSlowBodyWithoutTimeouts(t *testing.T) {
 // answering), and release it when they close.
 func TestManyPartialConnections(t *testing.T) {
 	s := start(t, keyA, "")
-	base := settledGoroutines()
+	base := testutil.SettledGoroutineBaseline()
 	const n = 500
 	conns := make([]net.Conn, 0, n)
 	defer func() {
@@ -252,7 +254,7 @@ func TestManyPartialConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 30*time.Second, "the server to hold the connections", func() bool { return runtime.NumGoroutine() >= base+n*9/10 })
+	testutil.WaitFor(t, 30*time.Second, "the server to hold the connections", func() bool { return runtime.NumGoroutine() >= base.Count()+n*9/10 })
 	peak := runtime.NumGoroutine()
 	if a := s.raw(request("GET", "/api2/json/version", []string{tokenHeader}, "")); a.code != 200 {
 		t.Fatalf("a normal request beside %d partial ones: %s %v", n, a.status, a.err)
@@ -261,6 +263,6 @@ func TestManyPartialConnections(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	eventually(t, 30*time.Second, fmt.Sprintf("goroutines back to baseline %d from %d", base, peak), func() bool { return runtime.NumGoroutine() <= base+5 })
-	t.Logf("goroutines: baseline %d, with %d partial requests %d, after they closed %d", base, n, peak, runtime.NumGoroutine())
+	base.Check(t, 30*time.Second)
+	t.Logf("goroutines: baseline %d, with %d partial requests %d, after they closed %d", base.Count(), n, peak, runtime.NumGoroutine())
 }

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -150,33 +149,6 @@ func subkey(key, purpose string) []byte {
 	m := hmac.New(sha256.New, []byte(key))
 	m.Write([]byte(purpose))
 	return m.Sum(nil)
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// settledGoroutines is the goroutine count once it stops falling, the
-// baseline leak checks compare to.
-func settledGoroutines() int {
-	n := runtime.NumGoroutine()
-	for i := 0; i < 30; i++ {
-		time.Sleep(100 * time.Millisecond)
-		m := runtime.NumGoroutine()
-		if m >= n {
-			return m
-		}
-		n = m
-	}
-	return n
 }
 
 // basic is the value of a Basic Authorization header.
