@@ -89,3 +89,24 @@ func TestDenialNamesTenCauses(t *testing.T) {
 		t.Fatalf("message %q", msg)
 	}
 }
+
+// TestSeedIsAdmitted: the simulated lab's VMs (seeded past admission) are
+// ones KubeVirt admits, so that updates of them are not refused for what
+// they already were.
+func TestSeedIsAdmitted(t *testing.T) {
+	objs := append(Seed(), BulkVMs("default", 3, 1000, []string{"node1"})...)
+	n := 0
+	for _, obj := range objs {
+		vm, ok := obj.(*virtv1.VirtualMachine)
+		if !ok {
+			continue
+		}
+		n++
+		if causes := vmCauses(nil, vm, clusterConfig{gates: labGates, liveUpdate: true}); len(causes) > 0 {
+			t.Errorf("%s/%s: %v", vm.Namespace, vm.Name, causes)
+		}
+	}
+	if n < 4 {
+		t.Fatalf("%d VMs seeded", n)
+	}
+}
