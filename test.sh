@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of caddy-proxmox on a fresh machine: installs what the
 # tests need (Debian's python3-proxmoxer, python3-websockets, ansible and
-# chromium, noVNC and xterm.js from the npm registry; kube-apiserver, etcd
-# and KubeVirt's virt-api built from the Go module proxy), builds ./caddy,
+# chromium, noVNC and xterm.js from the npm registry; kube-apiserver, etcd,
+# kube-scheduler, kube-controller-manager, KubeVirt's virt-api and
+# virt-controller and CDI's controller and API server, built from the Go
+# module proxy and cached), builds ./caddy,
 # then vets, tests, runs the bpg Terraform provider's own acceptance tests
 # against ./caddy (testenv/bpg/run.sh) and briefly fuzzes.
 #

@@ -43,11 +43,14 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 		})
 	}
 	own, stray := "vm-"+id+"-disk-0", "vm-"+id+"-disk-1" // stray: no VM refers to it
+	// Named after its vmid: a VM of an earlier run (-count) may still be
+	// being deleted.
+	name := "it-kubectl-disks-" + id
 	claim(own)
 	claim(stray)
 	rs := kubevirtv1.RunStrategyHalted
 	vm := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Name: "it-kubectl-disks", Namespace: "default", Labels: map[string]string{translate.LabelVMID: id}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{translate.LabelVMID: id}},
 		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: &rs, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
 	}
 	vm.Spec.Template.Spec.Domain.CPU = &kubevirtv1.CPU{Cores: 1}
@@ -65,11 +68,11 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = env.KubeVirt.KubevirtV1().VirtualMachines("default").Delete(ctx, "it-kubectl-disks", metav1.DeleteOptions{})
+		_ = env.KubeVirt.KubevirtV1().VirtualMachines("default").Delete(ctx, name, metav1.DeleteOptions{})
 	})
 	before := vm.Spec.Template.Spec.DeepCopy()
-	rows := waitRows(t, func(r map[string][]map[string]any) bool { return len(r["it-kubectl-disks"]) == 1 })
-	node := rows["it-kubectl-disks"][0]["node"].(string)
+	rows := waitRows(t, func(r map[string][]map[string]any) bool { return len(r[name]) == 1 })
+	node := rows[name][0]["node"].(string)
 	path := "/nodes/" + node + "/qemu/" + id
 	config := func() map[string]any {
 		var cfg map[string]any
@@ -132,8 +135,17 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 	a.OK("POST", path+"/status/start", nil, nil) // KubeVirt creates DataVolumes for a VM it runs
 	waitDV(true)
 	var upid string
+	// Stopped at once: KubeVirt may not have created the instance yet (it
+	// waits for the new disk's DataVolume), and the stop must still win.
 	a.OK("POST", path+"/status/stop", nil, &upid)
-	a.WaitTask(upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("stop: %s", exit)
+	}
+	if vmi, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances("default").Get(ctx, name, metav1.GetOptions{}); err == nil && !vmi.IsFinal() {
+		t.Fatalf("after the stop, the VMI is %s", vmi.Status.Phase)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	a.OK("PUT", path+"/unlink", form("idlist", "scsi1", "force", "1"), nil)
 	waitDV(false)
 	for _, n := range []string{own, stray} {

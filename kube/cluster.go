@@ -98,6 +98,7 @@ type Cluster struct {
 	dialer    atomic.Pointer[consoleDialer] // consoles without a rest config
 	access    accessCache
 	cancel    context.CancelFunc
+	life      context.Context // done once Stop is called
 	done      chan struct{}
 	onStop    func() // ends what Simulate started next to the cluster
 	stopOnce  sync.Once
@@ -139,6 +140,7 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 func (c *Cluster) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	c.life = runCtx
 	runCtx = withHealth(runCtx, c.health)
 	go c.health.run(runCtx)
 	c.done = make(chan struct{})

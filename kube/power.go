@@ -98,6 +98,75 @@ func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyHalted)
 }
 
+// StartPending tells whether vm carries a start request KubeVirt has not
+// acted on yet: virt-api's start subresource queues it in the VM's status,
+// and virt-controller creates the instance, and drops the request, only once
+// the VM's volumes are ready.
+func StartPending(vm *kubevirtv1.VirtualMachine) bool {
+	for _, r := range vm.Status.StateChangeRequests {
+		if r.Action == kubevirtv1.StartRequest {
+			return true
+		}
+	}
+	return false
+}
+
+// stopAfterStartPoll is how often StopAfterStart looks for the instance.
+const stopAfterStartPoll = 100 * time.Millisecond
+
+// StopAfterStart stops g once KubeVirt has created the instance of its
+// pending start request (StartPending), for the running task upid of goal
+// GoalStoppedAfterStart. virt-api refuses to stop a VM without an instance
+// (409 "VM is not running") and has no way to withdraw a start request, so
+// a stop that came while the start waited would be overtaken by it; like a
+// PVE stop waiting for the start's lock, this one acts once the start has
+// happened. It gives up when the task ends (the start failed, a later
+// request superseded it, its deadline passed) or the cluster stops; a
+// refused stop ends the task with the refusal. The stop is made as ctx's
+// caller, after ctx itself is done.
+func (c *Cluster) StopAfterStart(ctx context.Context, g Guest, gracePeriod *int64, upid string) {
+	ctx = context.WithoutCancel(ctx)
+	life := c.life
+	if life == nil { // not started: nothing ends it but the task
+		life = context.Background()
+	}
+	go func() {
+		tick := time.NewTicker(stopAfterStartPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-life.Done():
+				return
+			case <-tick.C:
+			}
+			if t, err := c.Tasks.Get(ctx, upid); err != nil || !t.Running() {
+				return
+			}
+			// The start has happened once the instance exists and
+			// virt-controller has dropped the request: virt-api's stop
+			// patches the requests guarded by a test of their current
+			// value, which fails while the controller is still dropping it.
+			vm, _ := c.vms.get(g.Namespace(), g.Name()).(*kubevirtv1.VirtualMachine)
+			if vm == nil || vm.UID != g.VM.UID {
+				return
+			}
+			vmi, _ := c.vmis.get(g.Namespace(), g.Name()).(*kubevirtv1.VirtualMachineInstance)
+			if StartPending(vm) || vmi == nil || vmi.IsFinal() || !metav1.IsControlledBy(vmi, g.VM) {
+				continue
+			}
+			if err := c.StopVM(ctx, g, gracePeriod); err != nil {
+				c.logger.Warn("stop after the pending start", zap.String("upid", upid), zap.Error(err))
+				msg := err.Error()
+				if m, ok := StatusMessage(err); ok {
+					msg = m
+				}
+				c.Tasks.fail(ctx, upid, msg)
+			}
+			return
+		}
+	}()
+}
+
 // RestartVM stops and starts the VM, applying pending changes. Without
 // virt-api the instance is deleted and the run strategy brings it back:
 // only Always (and Once) start a new instance when one is deleted;

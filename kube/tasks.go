@@ -47,6 +47,10 @@ const (
 	GoalPaused    Goal = "paused"    // the instance is paused
 	GoalResumed   Goal = "resumed"   // the instance runs unpaused
 	GoalRestarted Goal = "restarted" // a new instance (not PrevVMI) runs
+	// GoalStoppedAfterStart: a stop asked for while KubeVirt still had a
+	// start request to act on (see Cluster.StopAfterStart). No instance
+	// means stopped only once the start request is gone or has failed.
+	GoalStoppedAfterStart Goal = "stopped-after-start"
 	// GoalProvisioned: the VM's volumes are ready (no longer Provisioning).
 	GoalProvisioned Goal = "provisioned"
 	// GoalSnapshotReady, GoalSnapshotGone and GoalRestored are about the
@@ -397,6 +401,17 @@ func (ts *Tasks) prune(ctx context.Context, now time.Time) {
 	}
 }
 
+// stopRequestPending tells whether vm has a stop request virt-controller
+// has not yet acted on and cleared.
+func stopRequestPending(vm *kubevirtv1.VirtualMachine) bool {
+	for _, r := range vm.Status.StateChangeRequests {
+		if r.Action == kubevirtv1.StopRequest {
+			return true
+		}
+	}
+	return false
+}
+
 // evaluate decides whether a running task's goal is met.
 func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log []string) {
 	var vm *kubevirtv1.VirtualMachine
@@ -419,7 +434,19 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, translate.ExitOK, nil
 		}
 	case GoalStopped:
-		if vm == nil || final {
+		// virt-api refuses a start while a stop request is pending
+		// ("stop/start already underway"); virt-controller clears it only
+		// once the instance is gone. Until then the guest is not stopped
+		// as PVE means it: a start right after the task must work.
+		if vm == nil || (final && !stopRequestPending(vm)) {
+			return true, translate.ExitOK, nil
+		}
+	case GoalStoppedAfterStart:
+		// virt-controller drops the start request in the status update
+		// that sets Created: a cached VM without the request but not yet
+		// its instance (the caches follow separate watches) reads Created.
+		starting := StartPending(vm) || vm.Status.Created
+		if vm == nil || (final && (!starting || reason(vm) != "")) {
 			return true, translate.ExitOK, nil
 		}
 	case GoalProvisioned:
@@ -432,8 +459,8 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		default:
 			// KubeVirt may report Stopped before it has looked at the
-			// volumes; their claims existing is what says they are there.
-			if ts.c.claimsExist(vm) {
+			// volumes.
+			if ts.c.volumesProvisioned(vm) {
 				return true, translate.ExitOK, nil
 			}
 		}
@@ -554,6 +581,20 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	return false, "", nil
 }
 
+// fail ends the running task upid with exit, as its worker would.
+func (ts *Tasks) fail(ctx context.Context, upid, exit string) {
+	u, err := translate.ParseUPID(upid)
+	if err != nil {
+		return
+	}
+	t := ts.lookup(ctx, u)
+	if t == nil || !t.Running() {
+		return
+	}
+	t.finish(exit, time.Now())
+	ts.persist(ctx, t)
+}
+
 func reason(vm *kubevirtv1.VirtualMachine) string {
 	for _, c := range vm.Status.Conditions {
 		if c.Type == kubevirtv1.VirtualMachineFailure && c.Message != "" {
@@ -652,7 +693,7 @@ func powerSense(g Goal) int {
 	switch g {
 	case GoalRunning, GoalRestarted, GoalResumed:
 		return 1
-	case GoalStopped:
+	case GoalStopped, GoalStoppedAfterStart:
 		return 2
 	case GoalPaused:
 		return 3

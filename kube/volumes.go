@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -57,14 +58,42 @@ func (c *Cluster) StorageClassExpands(name string) bool {
 	return sc.AllowVolumeExpansion != nil && *sc.AllowVolumeExpansion
 }
 
-// claimsExist tells whether every DataVolume template of vm has its claim.
-func (c *Cluster) claimsExist(vm *kubevirtv1.VirtualMachine) bool {
-	for _, dv := range vm.Spec.DataVolumeTemplates {
-		if c.CachedPVC(vm.Namespace, dv.Name) == nil {
+// volumesProvisioned tells whether every DataVolume template of vm has
+// its claim and has done what it does before the VM first runs
+// (dataVolumeSettled). Neither KubeVirt's printable status nor the claims
+// say it alone: right after the VM is made, virt-controller can call it
+// Stopped before its DataVolumes are in its cache, and CDI makes a volume
+// populator's claim before filling it.
+func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
+	for _, t := range vm.Spec.DataVolumeTemplates {
+		if c.CachedPVC(vm.Namespace, t.Name) == nil {
+			return false
+		}
+		// None: collected after it succeeded, or made without CDI.
+		if dv := c.DataVolume(vm.Namespace, t.Name); dv != nil && !dataVolumeSettled(dv) {
 			return false
 		}
 	}
 	return true
+}
+
+// dataVolumeSettled tells whether a DataVolume is done until a VM uses
+// it: filled, or waiting for its first consumer to be scheduled, as
+// KubeVirt judges it for the printable status Provisioning
+// (pkg/storage/types HasDataVolumeProvisioning).
+func dataVolumeSettled(dv *cdiv1.DataVolume) bool {
+	switch dv.Status.Phase {
+	case cdiv1.Succeeded, cdiv1.PendingPopulation:
+		return true
+	case cdiv1.WaitForFirstConsumer:
+		for _, c := range dv.Status.Conditions {
+			if c.Type == cdiv1.DataVolumeBound && c.Status == corev1.ConditionTrue {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // ClaimUsers lists the cached VMs of ns that keep data on the claim name

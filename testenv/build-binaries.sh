@@ -3,14 +3,23 @@
 # cache keyed by version, and prints the folder that holds all of it:
 #
 #   kube-apiserver, etcd      the test cluster (tools/apiserver, tools/etcd)
-#   virt-api                  KubeVirt's own virt-api (tools/kubevirt)
-#   virt-controller           built and cached for the controllers step
-#                             (issue 13); testenv does not run it yet
+#   kube-scheduler,           scheduling, and the garbage collector,
+#   kube-controller-manager   PersistentVolume binder and namespace
+#                             controller (tools/apiserver)
+#   virt-api, virt-controller KubeVirt's own (tools/kubevirt)
+#   cdi-controller,           CDI's controllers and API server (webhooks,
+#   cdi-apiserver             upload tokens), wired as cmd/cdi-controller
+#                             and cmd/cdi-apiserver wire them but with
+#                             flags for their container paths and ports
+#                             (tools/cdi/controller, tools/cdi/apiserver)
 #   kubevirt.yaml             what virt-operator installs for virt-api,
 #                             printed by tools/kubevirt/manifests from
 #                             KubeVirt's own install strategy
-#   cdi.yaml                  CDI v1.64.0's CRDs, printed by tools/cdi/crds
-#                             from CDI's own generated CRDs
+#   cdi.yaml                  what CDI's operator installs (CRDs, RBAC,
+#                             webhooks, APIService), printed by
+#                             tools/cdi/manifests from CDI's operator code,
+#                             and the external snapshotter's CRDs (from
+#                             its client module, the version CDI uses)
 #
 # kube-apiserver and etcd are cached under k8s-<v>-etcd-<v>/, KubeVirt's
 # and CDI's under kubevirt-<v>-<hash of tools/kubevirt and tools/cdi>/ (so that worktrees
@@ -33,6 +42,8 @@ cdi=v1.64.0
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/caddy-proxmox/testbin
 kvtools=$here/tools/kubevirt
 cditools=$here/tools/cdi
+k8sbins="kube-apiserver kube-scheduler kube-controller-manager"
+kvbins="virt-api virt-controller cdi-controller cdi-apiserver"
 kvhash=$(cd "$here/tools" && cat kubevirt/go.mod kubevirt/go.sum cdi/go.mod cdi/go.sum \
 	$(find kubevirt cdi -name '*.go' | LC_ALL=C sort) | sha256sum | cut -c1-12)
 if [ -n "${CADDY_PROXMOX_TESTBIN:-}" ]; then
@@ -46,7 +57,7 @@ else
 fi
 have() {
 	local f
-	for f in kube-apiserver etcd virt-api virt-controller; do [ -x "$out/$f" ] || return 1; done
+	for f in $k8sbins etcd $kvbins; do [ -x "$out/$f" ] || return 1; done
 	[ -s "$out/kubevirt.yaml" ] && [ -s "$out/cdi.yaml" ]
 }
 if [ "${1:-}" = "--check" ]; then
@@ -71,11 +82,12 @@ timed() {
 	echo "built $name in $((SECONDS - t0)) s" >&2
 }
 lock "$k8sdir" 9
-if [ ! -x "$k8sdir/kube-apiserver" ]; then
-	echo "building kube-apiserver $k8s (cold: ~10 min)" >&2
-	timed kube-apiserver bash -c "cd '$here/tools/apiserver' && GOFLAGS=-mod=mod go build -trimpath -o '$k8sdir/kube-apiserver.tmp' k8s.io/kubernetes/cmd/kube-apiserver"
-	mv "$k8sdir/kube-apiserver.tmp" "$k8sdir/kube-apiserver"
-fi
+for f in $k8sbins; do
+	[ -x "$k8sdir/$f" ] && continue
+	echo "building $f $k8s (cold: kube-apiserver ~10 min, then ~5 min each)" >&2
+	timed "$f" bash -c "cd '$here/tools/apiserver' && GOFLAGS=-mod=mod go build -trimpath -o '$k8sdir/$f.tmp' k8s.io/kubernetes/cmd/$f"
+	mv "$k8sdir/$f.tmp" "$k8sdir/$f"
+done
 if [ ! -x "$k8sdir/etcd" ]; then
 	echo "building etcd $etcd" >&2
 	timed etcd bash -c "cd '$here/tools/etcd' && GOFLAGS=-mod=mod go build -trimpath -o '$k8sdir/etcd.tmp' ."
@@ -101,10 +113,29 @@ if [ ! -s "$kvdir/kubevirt.yaml" ]; then
 	"$kvdir/manifests" >"$kvdir/kubevirt.yaml.tmp" 2>"$kvdir/manifests.log" || { cat "$kvdir/manifests.log" >&2; exit 1; }
 	mv "$kvdir/kubevirt.yaml.tmp" "$kvdir/kubevirt.yaml"
 fi
+if [ ! -x "$kvdir/cdi-controller" ] || [ ! -x "$kvdir/cdi-apiserver" ] || [ ! -x "$kvdir/cdi-manifests" ]; then
+	echo "building cdi-controller, cdi-apiserver $cdi (cold: ~15 min)" >&2
+	# CDI builds against k8s.io v0.31 (its own replace block, repeated in
+	# tools/cdi/go.mod). The checksum database has no entry for CDI's main
+	# module and for the openshift/library-go version it pins (404).
+	tmp=$(mktemp -d "$kvdir/.build.XXXXXX")
+	timed "cdi-controller, cdi-apiserver, cdi manifests" bash -c "cd '$cditools' && CGO_ENABLED=0 GOFLAGS=-mod=mod \
+		GONOSUMDB=kubevirt.io/containerized-data-importer,github.com/openshift/library-go \
+		go build -trimpath -o '$tmp/' ./controller ./apiserver ./manifests"
+	mv "$tmp/controller" "$kvdir/cdi-controller"
+	mv "$tmp/apiserver" "$kvdir/cdi-apiserver"
+	mv "$tmp/manifests" "$kvdir/cdi-manifests"
+	rmdir "$tmp"
+fi
 if [ ! -s "$kvdir/cdi.yaml" ]; then
-	timed "CDI's CRDs" bash -c "cd '$cditools' && CGO_ENABLED=0 GOFLAGS=-mod=mod \
-		GONOSUMDB=kubevirt.io/containerized-data-importer go build -trimpath -o '$kvdir/cdi-crds' ./crds"
-	"$kvdir/cdi-crds" >"$kvdir/cdi.yaml.tmp"
+	# The external snapshotter's CRDs (VolumeSnapshot, -Content, -Class)
+	# come with its client module, the version CDI builds against.
+	snapdir=$(cd "$cditools" && GOFLAGS=-mod=mod GONOSUMDB=kubevirt.io/containerized-data-importer,github.com/openshift/library-go \
+		go list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v6)
+	{
+		"$kvdir/cdi-manifests"
+		for f in "$snapdir"/config/crd/snapshot.storage.k8s.io_*.yaml; do echo "---"; cat "$f"; done
+	} >"$kvdir/cdi.yaml.tmp"
 	mv "$kvdir/cdi.yaml.tmp" "$kvdir/cdi.yaml"
 fi
 if [ "$out" != "$kvdir" ]; then
@@ -113,8 +144,8 @@ if [ "$out" != "$kvdir" ]; then
 	find "$cache" -mindepth 1 -maxdepth 1 \( -name 'kubevirt-*' -o -name 'set-*' \) -mtime +14 \
 		! -path "$kvdir" ! -path "$out" -exec rm -rf {} + 2>/dev/null || true
 	touch "$kvdir" "$out"
-	for f in kube-apiserver etcd; do ln -sfn "$k8sdir/$f" "$out/$f"; done
-	for f in virt-api virt-controller kubevirt.yaml cdi.yaml; do ln -sfn "$kvdir/$f" "$out/$f"; done
+	for f in $k8sbins etcd; do ln -sfn "$k8sdir/$f" "$out/$f"; done
+	for f in $kvbins kubevirt.yaml cdi.yaml; do ln -sfn "$kvdir/$f" "$out/$f"; done
 fi
 have || { echo "build-binaries.sh: $out is incomplete" >&2; exit 1; }
 echo "$out"

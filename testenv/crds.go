@@ -2,10 +2,7 @@ package testenv
 
 import (
 	"context"
-	"embed"
 	"fmt"
-	"io/fs"
-	"path"
 	"reflect"
 	"sort"
 	"time"
@@ -18,42 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
-// CDI's ClusterRoles are still written by hand (rbac/): KubeVirt's come
-// from its own install strategy, and the CRDs of both from their projects'
-// own generators (kubevirt.go).
-
-//go:embed rbac/*.yaml
-var rbacFS embed.FS
-
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
-// ClusterRoles returns fresh copies of the embedded ClusterRoles
-// (cdi.kubevirt.io:{admin,edit,view}).
-func ClusterRoles() ([]*unstructured.Unstructured, error) { return decodeDir(rbacFS, "rbac") }
-
-func decodeDir(fsys fs.FS, dir string) ([]*unstructured.Unstructured, error) {
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
-	var out []*unstructured.Unstructured
-	for _, e := range entries {
-		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		objs, err := decodeYAML(b)
-		if err != nil {
-			return nil, fmt.Errorf("testenv: %s/%s: %w", dir, e.Name(), err)
-		}
-		out = append(out, objs...)
-	}
-	return out, nil
-}
 
 // apply creates each object, or replaces it if it already exists.
 func apply(ctx context.Context, dyn dynamic.Interface, objs []*unstructured.Unstructured) error {
@@ -152,28 +116,6 @@ func crdEstablished(crd *unstructured.Unstructured) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
-}
-
-// InstallRBAC installs the embedded CDI ClusterRoles and then aggregates
-// every aggregated ClusterRole, KubeVirt's included, into admin/edit/view
-// (see AggregateClusterRoles).
-func InstallRBAC(ctx context.Context, cfg *rest.Config) error {
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	roles, err := ClusterRoles()
-	if err != nil {
-		return err
-	}
-	if err := apply(ctx, dyn, roles); err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	return AggregateClusterRoles(ctx, kube)
 }
 
 // AggregateClusterRoles does once what kube-controller-manager's

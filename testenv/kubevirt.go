@@ -33,8 +33,8 @@ const (
 	// KubeVirtManifestFile is the name of the generated manifests in the
 	// binaries folder.
 	KubeVirtManifestFile = "kubevirt.yaml"
-	// CDIManifestFile holds CDI's CRDs, generated from CDI's own
-	// (build-binaries.sh, tools/cdi).
+	// CDIManifestFile holds what CDI's operator installs, generated from
+	// CDI's own operator code (build-binaries.sh, tools/cdi/manifests).
 	CDIManifestFile = "cdi.yaml"
 	// KubeVirtCRName is the name of the KubeVirt custom resource.
 	KubeVirtCRName = "kubevirt"
@@ -58,6 +58,9 @@ type kubevirtManifests struct {
 	// virtAPI: what routes to virt-api (its Service, APIServices and
 	// webhook configurations), installed once it serves.
 	virtAPI []*unstructured.Unstructured
+	// cdiAPI: what routes to CDI's API server (the same kinds), installed
+	// only with the real controllers, once it serves.
+	cdiAPI []*unstructured.Unstructured
 	// after: objects virt-operator creates once virt-api admits them (the
 	// common instancetypes and preferences).
 	after []*unstructured.Unstructured
@@ -66,38 +69,40 @@ type kubevirtManifests struct {
 // loadKubeVirtManifests reads KubeVirtManifestFile and CDIManifestFile
 // from the binaries folder.
 func loadKubeVirtManifests(binDir string) (*kubevirtManifests, error) {
-	var objs []*unstructured.Unstructured
+	m := &kubevirtManifests{}
 	for _, name := range []string{KubeVirtManifestFile, CDIManifestFile} {
 		path := filepath.Join(binDir, name)
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("testenv: generated manifests: %w (run build-binaries.sh)", err)
 		}
-		o, err := decodeYAML(b)
+		objs, err := decodeYAML(b)
 		if err != nil {
 			return nil, fmt.Errorf("testenv: %s: %w", path, err)
 		}
-		objs = append(objs, o...)
-	}
-	path := filepath.Join(binDir, KubeVirtManifestFile)
-	m := &kubevirtManifests{}
-	for _, o := range objs {
-		switch o.GetKind() {
-		case "CustomResourceDefinition":
-			m.crds = append(m.crds, o)
-		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
-			m.base = append(m.base, o)
-		case "Service", "APIService", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
-			m.virtAPI = append(m.virtAPI, o)
-		case "VirtualMachineClusterInstancetype", "VirtualMachineClusterPreference":
-			m.after = append(m.after, o)
-		default:
-			return nil, fmt.Errorf("testenv: %s: unexpected %s %s", path, o.GetKind(), o.GetName())
+		api := &m.virtAPI
+		if name == CDIManifestFile {
+			api = &m.cdiAPI
+		}
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "CustomResourceDefinition":
+				m.crds = append(m.crds, o)
+			case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+				"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+				m.base = append(m.base, o)
+			case "Service", "APIService", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
+				*api = append(*api, o)
+			case "VirtualMachineClusterInstancetype", "VirtualMachineClusterPreference":
+				m.after = append(m.after, o)
+			default:
+				return nil, fmt.Errorf("testenv: %s: unexpected %s %s", path, o.GetKind(), o.GetName())
+			}
 		}
 	}
-	if len(m.crds) == 0 || len(m.virtAPI) == 0 {
-		return nil, fmt.Errorf("testenv: %s holds no CRDs or no virt-api objects", path)
+	if len(m.crds) == 0 || len(m.virtAPI) == 0 || len(m.cdiAPI) == 0 {
+		return nil, fmt.Errorf("testenv: %s and %s hold no CRDs, no virt-api or no CDI API objects (rebuild them with build-binaries.sh)",
+			KubeVirtManifestFile, CDIManifestFile)
 	}
 	return m, nil
 }
@@ -120,19 +125,20 @@ func decodeYAML(b []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// routeToVirtAPI rewrites the objects that reach virt-api for a virt-api
-// listening on 127.0.0.1:port with a serving certificate of caPEM:
+// routeToLoopback rewrites the objects that reach an API server of the
+// environment (virt-api, CDI's API server) for one listening on
+// 127.0.0.1:port with a serving certificate of caPEM:
 //
-//   - webhooks call https://127.0.0.1:port<path> (virt-operator points them
-//     at the virt-api Service, which needs kube-proxy to reach);
-//   - the virt-api Service becomes an ExternalName service for 127.0.0.1
+//   - webhooks call https://127.0.0.1:port<path> (the operators point them
+//     at a Service, which needs kube-proxy to reach);
+//   - the Service becomes an ExternalName service for 127.0.0.1
 //     and the APIServices name the real port: with ExternalName services
 //     the aggregator dials externalName:port itself (ResolveCluster), while
 //     EndpointSlices, which --enable-aggregator-routing would use, refuse
 //     loopback addresses;
-//   - webhooks and APIServices carry caBundle, which virt-operator fills in
-//     from its own CA.
-func routeToVirtAPI(objs []*unstructured.Unstructured, port int, caPEM []byte) ([]*unstructured.Unstructured, error) {
+//   - webhooks and APIServices carry caBundle, which the operators fill in
+//     from their own CAs.
+func routeToLoopback(objs []*unstructured.Unstructured, port int, caPEM []byte) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for _, src := range objs {
 		o := src.DeepCopy()

@@ -10,7 +10,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // SeedNode describes one Node that Options.Seed creates.
@@ -79,6 +83,110 @@ func SeedCluster(ctx context.Context, kube kubernetes.Interface) error {
 	return nil
 }
 
+// SeedCSIDrivers are the drivers of the seeded CSI storage, which register
+// themselves as CSIDriver objects when deployed (Options.Seed creates
+// them). CDI fills DataVolumes on a class whose provisioner has one
+// through volume populators.
+var SeedCSIDrivers = []string{"rbd.csi.ceph.com", "nfs.csi.k8s.io"}
+
+// SeedSnapshotClasses are the VolumeSnapshotClasses Options.Seed creates:
+// ceph's, the default for its driver. The other seeded classes have none,
+// as local-path and NFS storage commonly do not.
+var SeedSnapshotClasses = []*unstructured.Unstructured{{Object: map[string]any{
+	"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+	"metadata": map[string]any{"name": "ceph-block",
+		"annotations": map[string]any{"snapshot.storage.kubernetes.io/is-default-class": "true"}},
+	"driver": "rbd.csi.ceph.com", "deletionPolicy": "Delete",
+	"parameters": map[string]any{"clusterID": "ceph"},
+}}}
+
+// SeedStorage creates CSIDrivers for drivers and the VolumeSnapshotClasses
+// classes (Options.Seed does this at start with SeedCSIDrivers and
+// SeedSnapshotClasses). Existing objects are left alone.
+func SeedStorage(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, drivers []string, classes []*unstructured.Unstructured) error {
+	for _, d := range drivers {
+		_, err := kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
+			ObjectMeta: metav1.ObjectMeta{Name: d},
+			Spec: storagev1.CSIDriverSpec{AttachRequired: ptr(true), PodInfoOnMount: ptr(false),
+				VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("testenv: seed CSIDriver %s: %w", d, err)
+		}
+	}
+	gvr := schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
+	for _, c := range classes {
+		if _, err := dyn.Resource(gvr).Create(ctx, c.DeepCopy(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("testenv: seed VolumeSnapshotClass %s: %w", c.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// CreateNodes creates nodes with their status, as kubelets register
+// themselves, and lifts the not-ready taint from the Ready ones as the node
+// lifecycle controller would. Existing nodes are left alone.
+func CreateNodes(ctx context.Context, kube kubernetes.Interface, nodes ...*corev1.Node) error {
+	for _, n := range nodes {
+		node := n.DeepCopy()
+		status := node.Status
+		node.Status = corev1.NodeStatus{}
+		node.ResourceVersion, node.UID = "", ""
+		created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("testenv: create Node %s: %w", node.Name, err)
+		}
+		// Node stand-ins may label a new node at once: retry on conflict.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			created.Status = status
+			updated, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+			if err == nil {
+				return untaintReady(ctx, kube, updated)
+			}
+			if apierrors.IsConflict(err) {
+				if fresh, gerr := kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); gerr == nil {
+					created = fresh
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("testenv: Node %s status: %w", node.Name, err)
+		}
+	}
+	return nil
+}
+
+// untaintReady removes the not-ready taint that the TaintNodesByCondition
+// admission plugin puts on every new node, once it reports Ready (the node
+// lifecycle controller's part, which does not run here).
+func untaintReady(ctx context.Context, kube kubernetes.Interface, node *corev1.Node) error {
+	ready := false
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			ready = true
+		}
+	}
+	if !ready {
+		return nil
+	}
+	var keep []corev1.Taint
+	for _, t := range node.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			keep = append(keep, t)
+		}
+	}
+	if len(keep) == len(node.Spec.Taints) {
+		return nil
+	}
+	node.Spec.Taints = keep
+	_, err := kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	return err
+}
+
 func createNode(ctx context.Context, kube kubernetes.Interface, sn SeedNode) error {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:              resource.MustParse(sn.CPU),
@@ -114,14 +222,7 @@ func createNode(ctx context.Context, kube kubernetes.Interface, sn SeedNode) err
 		},
 		Spec: corev1.NodeSpec{PodCIDR: "", ProviderID: "testenv://" + sn.Name},
 	}
-	created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("testenv: seed Node %s: %w", sn.Name, err)
-	}
-	created.Status = corev1.NodeStatus{
+	node.Status = corev1.NodeStatus{
 		Capacity:    res,
 		Allocatable: res.DeepCopy(),
 		Phase:       corev1.NodeRunning,
@@ -147,27 +248,5 @@ func createNode(ctx context.Context, kube kubernetes.Interface, sn SeedNode) err
 			Architecture:            "amd64",
 		},
 	}
-	updated, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("testenv: seed Node %s status: %w", sn.Name, err)
-	}
-	if sn.NotReady {
-		return nil
-	}
-	// The TaintNodesByCondition admission plugin taints every new node
-	// not-ready; the node lifecycle controller, which does not run here,
-	// would lift the taint once the node reports Ready. Do its part.
-	var keep []corev1.Taint
-	for _, t := range updated.Spec.Taints {
-		if t.Key != corev1.TaintNodeNotReady {
-			keep = append(keep, t)
-		}
-	}
-	if len(keep) != len(updated.Spec.Taints) {
-		updated.Spec.Taints = keep
-		if _, err := kube.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("testenv: seed Node %s taints: %w", sn.Name, err)
-		}
-	}
-	return nil
+	return CreateNodes(ctx, kube, node)
 }

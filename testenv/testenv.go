@@ -99,7 +99,8 @@ type User struct {
 type Options struct {
 	// Users are added to the token file next to AdminUser.
 	Users []User
-	// Seed creates SeedNodes and SeedStorageClasses.
+	// Seed creates SeedNodes, SeedStorageClasses, SeedCSIDrivers and
+	// SeedSnapshotClasses.
 	Seed bool
 	// ControllerStartDelay delays the start of Controller.
 	ControllerStartDelay time.Duration
@@ -130,6 +131,23 @@ type Options struct {
 	// (spec.configuration.developerConfiguration.featureGates), e.g.
 	// "Snapshot"; KubeVirt v1.8 turns on only its GA gates by itself.
 	FeatureGates []string
+	// KubeVirtControllers runs the control plane around virt-api (which it
+	// needs) for real, as a cluster with KubeVirt and CDI runs it:
+	// KubeVirt's virt-controller, CDI's controllers and API server (its
+	// webhooks and upload.cdi.kubevirt.io), kube-scheduler, and
+	// kube-controller-manager's garbage collector, namespace,
+	// PersistentVolume and PVC-protection controllers (see
+	// controllers.go). Start returns once virt-controller leads and CDI's
+	// webhooks admit. What needs a node is Nodes' part; Controller must be
+	// nil.
+	KubeVirtControllers bool
+	// Nodes, with KubeVirtControllers, runs the stand-ins for what needs a
+	// node (kubelet, virt-handler, the node-labeller, CSI drivers) in a
+	// goroutine from the end of Start until Stop, as Controller does; it
+	// picks its own identities from e (e.g. DirectConfig,
+	// VirtHandlerConfig).
+	Nodes func(ctx context.Context, e *Env) error
+
 	// NewVirtHandler builds the stand-in virt-handler that virt-api
 	// forwards pause, unpause, softreboot, reset, freeze, guest agent
 	// queries and the console and vnc streams to (paths
@@ -197,6 +215,7 @@ type Env struct {
 	opts          Options
 	directDynamic dynamic.Interface
 	virtAPI       *virtAPI
+	controllers   *controllers
 	log           atomic.Pointer[zap.Logger]
 	pki           *pki
 	users         map[string]User
@@ -230,8 +249,11 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err := e.initUsers(); err != nil {
 		return nil, err
 	}
-	if !opts.VirtAPI && (len(opts.FeatureGates) > 0 || opts.NewVirtHandler != nil) {
-		return nil, errors.New("testenv: FeatureGates and NewVirtHandler need VirtAPI")
+	if !opts.VirtAPI && (len(opts.FeatureGates) > 0 || opts.NewVirtHandler != nil || opts.KubeVirtControllers) {
+		return nil, errors.New("testenv: FeatureGates, NewVirtHandler and KubeVirtControllers need VirtAPI")
+	}
+	if opts.KubeVirtControllers == (opts.Nodes == nil) || (opts.KubeVirtControllers && opts.Controller != nil) {
+		return nil, errors.New("testenv: KubeVirtControllers goes with Nodes and without Controller")
 	}
 
 	bin := opts.BinDir
@@ -266,6 +288,11 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 
 func (e *Env) initUsers() error {
 	e.users = map[string]User{AdminUser: {Name: AdminUser, Token: randomToken(), Groups: []string{"system:masters"}}}
+	if e.opts.KubeVirtControllers {
+		for _, name := range []string{SchedulerUser, ControllerManagerUser} {
+			e.users[name] = User{Name: name, Token: randomToken()}
+		}
+	}
 	for _, u := range e.opts.Users {
 		if u.Name == "" || strings.ContainsAny(u.Name, ",\"\n") {
 			return fmt.Errorf("testenv: bad user name %q", u.Name)
@@ -369,7 +396,7 @@ func (e *Env) start(ctx context.Context) error {
 	if err := apply(ctx, dyn, kv.base); err != nil {
 		return err
 	}
-	if err := InstallRBAC(ctx, e.DirectConfig); err != nil {
+	if err := AggregateClusterRoles(ctx, e.DirectKube); err != nil {
 		return err
 	}
 	if e.opts.Seed {
@@ -386,8 +413,11 @@ func (e *Env) start(ctx context.Context) error {
 	tVirtAPI := time.Now()
 	e.ControllerConfig = e.DirectConfig
 	if e.opts.VirtAPI {
-		if err := e.bindStandInController(ctx); err != nil {
-			return err
+		// Only the stand-in gets more than KubeVirt's own RBAC.
+		if !e.opts.KubeVirtControllers {
+			if err := e.bindStandInController(ctx); err != nil {
+				return err
+			}
 		}
 		if e.ControllerConfig, err = e.ServiceAccountConfig(ctx, KubeVirtNamespace, VirtControllerServiceAccount); err != nil {
 			return err
@@ -397,6 +427,13 @@ func (e *Env) start(ctx context.Context) error {
 		}
 	}
 	dVirtAPI := time.Since(tVirtAPI)
+	tControllers := time.Now()
+	if e.opts.KubeVirtControllers {
+		if err := e.startControllers(ctx, kv); err != nil {
+			return err
+		}
+	}
+	dControllers := time.Since(tControllers)
 
 	// The front proxy and the clients that go through it.
 	if e.Proxy, err = e.NewProxy(); err != nil {
@@ -421,11 +458,17 @@ func (e *Env) start(ctx context.Context) error {
 	if err := sleepUntil(ctx, settled); err != nil {
 		return err
 	}
-	if e.opts.Controller != nil {
+	if e.opts.Seed {
+		if err := SeedStorage(ctx, e.DirectKube, e.directDynamic, SeedCSIDrivers, SeedSnapshotClasses); err != nil {
+			return err
+		}
+	}
+	if e.opts.Controller != nil || e.opts.Nodes != nil {
 		e.startController()
 	}
 	e.phases = []zap.Field{zap.Duration("processes-ready", tReady),
 		zap.Duration("crds-rbac-seed", tInstalled), zap.Duration("virt-api", dVirtAPI),
+		zap.Duration("controllers", dControllers),
 		zap.Duration("crd-settle-wait", time.Since(tSettle))}
 	return nil
 }
@@ -514,7 +557,7 @@ func (e *Env) spawn(tokens string) error {
 		// extension-apiserver-authentication, which virt-api requires, and
 		// presents the front-proxy client certificate to it. Aggregator
 		// routing stays off: virt-api's Service is an ExternalName for
-		// 127.0.0.1 (see routeToVirtAPI).
+		// 127.0.0.1 (see routeToLoopback).
 		"--requestheader-client-ca-file=" + e.pki.frontProxyCAFile,
 		"--requestheader-allowed-names=" + FrontProxyClientName,
 		"--requestheader-username-headers=X-Remote-User",
@@ -583,6 +626,9 @@ func (e *Env) startController() {
 }
 
 func (e *Env) runController(ctx context.Context) error {
+	if e.opts.Nodes != nil {
+		return e.opts.Nodes(ctx, e)
+	}
 	kube, err := kubernetes.NewForConfig(e.ControllerConfig)
 	if err != nil {
 		return err
@@ -635,6 +681,13 @@ func (e *Env) Stop() {
 		if e.virtAPI != nil && e.virtAPI.proc != nil {
 			// virt-api waits 5 s after SIGTERM before it shuts down.
 			procs[e.virtAPI.proc] = 300 * time.Millisecond
+		}
+		if e.controllers != nil {
+			for _, p := range e.controllers.all() {
+				if p != nil {
+					procs[p] = 300 * time.Millisecond
+				}
+			}
 		}
 		e.procMu.Unlock()
 		for p, grace := range procs {
@@ -840,7 +893,8 @@ func Binaries(ctx context.Context, log *zap.Logger) (string, error) {
 
 // binaryNames are the executables a binaries folder must hold, next to
 // KubeVirtManifestFile.
-var binaryNames = []string{"kube-apiserver", "etcd", "virt-api"}
+var binaryNames = []string{"kube-apiserver", "etcd", "virt-api", "kube-scheduler", "kube-controller-manager",
+	"virt-controller", "cdi-controller", "cdi-apiserver"}
 
 func hasBinaries(dir string) bool {
 	for _, name := range binaryNames {

@@ -358,27 +358,23 @@ func TestManifests(t *testing.T) {
 	for _, o := range m.base {
 		names[o.GetKind()+" "+o.GetName()] = true
 	}
-	for _, o := range m.virtAPI {
+	for _, o := range append(append([]*unstructured.Unstructured(nil), m.virtAPI...), m.cdiAPI...) {
 		names[o.GetKind()+" "+o.GetName()] = true
 	}
-	roles, err := ClusterRoles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range roles {
-		names[r.GetKind()+" "+r.GetName()] = true
-	}
 	for _, n := range []string{"ClusterRole kubevirt.io:admin", "ClusterRole kubevirt.io:edit", "ClusterRole kubevirt.io:view",
-		"ClusterRole kubevirt.io:migrate", "ClusterRole cdi.kubevirt.io:edit",
+		"ClusterRole kubevirt.io:migrate", "ClusterRole cdi.kubevirt.io:edit", "ClusterRole cdi.kubevirt.io:config-reader",
 		"ServiceAccount " + VirtAPIServiceAccount, "ServiceAccount " + VirtControllerServiceAccount,
 		"ServiceAccount " + VirtHandlerServiceAccount, "Service virt-api",
 		"APIService v1.subresources.kubevirt.io", "APIService v1alpha3.subresources.kubevirt.io",
-		"ValidatingWebhookConfiguration virt-api-validator", "MutatingWebhookConfiguration virt-api-mutator"} {
+		"ValidatingWebhookConfiguration virt-api-validator", "MutatingWebhookConfiguration virt-api-mutator",
+		"Namespace " + CDINamespace, "ServiceAccount " + CDIControllerServiceAccount, "ServiceAccount " + CDIAPIServerServiceAccount,
+		"ClusterRole cdi", "ClusterRole cdi-apiserver", "Service cdi-api", "APIService v1beta1.upload.cdi.kubevirt.io",
+		"ValidatingWebhookConfiguration cdi-api-datavolume-validate", "MutatingWebhookConfiguration cdi-api-datavolume-mutate"} {
 		if !names[n] {
 			t.Errorf("%s missing", n)
 		}
 	}
-	routed, err := routeToVirtAPI(m.virtAPI, 12345, []byte("ca"))
+	routed, err := routeToLoopback(m.virtAPI, 12345, []byte("ca"))
 	if err != nil {
 		t.Fatal(err)
 	}

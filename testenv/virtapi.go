@@ -84,7 +84,7 @@ func (e *Env) startVirtAPI(ctx context.Context, m *kubevirtManifests) error {
 	if err := e.waitVirtAPIServing(ctx, v); err != nil {
 		return err
 	}
-	routed, err := routeToVirtAPI(m.virtAPI, v.port, e.pki.caPEM)
+	routed, err := routeToLoopback(m.virtAPI, v.port, e.pki.caPEM)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (e *Env) startVirtAPI(ctx context.Context, m *kubevirtManifests) error {
 	if err := e.waitVirtAPIAdmits(ctx, v); err != nil {
 		return err
 	}
-	if err := e.waitAPIServicesAvailable(ctx, v, routed); err != nil {
+	if err := e.waitAPIServicesAvailable(ctx, v.proc, routed); err != nil {
 		return err
 	}
 	// virt-operator creates the common instancetypes once virt-api runs,
@@ -203,14 +203,14 @@ func (e *Env) waitVirtAPIAdmits(ctx context.Context, v *virtAPI) error {
 }
 
 // waitAPIServicesAvailable waits until kube-apiserver's aggregator reports
-// every APIService of virt-api Available.
-func (e *Env) waitAPIServicesAvailable(ctx context.Context, v *virtAPI, objs []*unstructured.Unstructured) error {
+// every APIService among objs (served by server) Available.
+func (e *Env) waitAPIServicesAvailable(ctx context.Context, server *process, objs []*unstructured.Unstructured) error {
 	for _, o := range objs {
 		if o.GetKind() != "APIService" {
 			continue
 		}
 		name := o.GetName()
-		err := waitFor(ctx, 100*time.Millisecond, "APIService "+name+" Available", e.procs(v.proc), func(ctx context.Context) (bool, error) {
+		err := waitFor(ctx, 100*time.Millisecond, "APIService "+name+" Available", e.procs(server), func(ctx context.Context) (bool, error) {
 			cur, err := e.directDynamic.Resource(apiServiceGVR).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, err

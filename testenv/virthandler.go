@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log"
 	"net"
@@ -125,7 +126,11 @@ func (e *Env) keepHandlerPods(ctx context.Context, synced chan struct{}) {
 // DaemonSet and the kubelet would), with the address 127.0.0.1.
 func (e *Env) ensureHandlerPod(ctx context.Context, node string) error {
 	pods := e.DirectKube.CoreV1().Pods(KubeVirtNamespace)
-	name := "virt-handler-" + node
+	// Pod names of a DaemonSet are generated; node names may have dots,
+	// which pod names (hostnames) should not.
+	h := fnv.New32a()
+	h.Write([]byte(node))
+	name := fmt.Sprintf("virt-handler-%08x", h.Sum32())
 	pod, err := pods.Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,

@@ -160,6 +160,22 @@ func (h *APIHandler) begin(q *request, g kube.Guest, t guestTask) (any, *apiErro
 	return h.beginSpec(q, spec)
 }
 
+// stopAfterStart records t for a VM whose start KubeVirt has not acted on
+// yet (no instance, a start request pending) and stops the VM once the
+// instance exists: answering OK at once would leave the start to bring the
+// VM up after its stop, and waiting for a stopped state nothing would
+// cause would never end.
+func (h *APIHandler) stopAfterStart(q *request, g kube.Guest, t guestTask, grace *int64) (any, *apiError) {
+	spec := h.taskSpec(q, g, t.typ, kube.GoalStoppedAfterStart, t.timeout, t.log)
+	spec.Log = append(spec.Log, "waiting for the pending start (KubeVirt has not created the instance yet)")
+	upid, e := h.beginSpec(q, spec)
+	if e != nil {
+		return nil, e
+	}
+	q.c.StopAfterStart(q.ctx(), g, grace, upid.(string))
+	return upid, nil
+}
+
 // kubeTaskError turns a Kubernetes error into a task exit status line.
 func kubeTaskError(err error) error {
 	if d, ok := kube.AsAdmission(err); ok {
@@ -272,10 +288,13 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 			return nil, e
 		}
 		line := fmt.Sprintf("stopping VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
+		zero := int64(0)
 		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
+			if kube.StartPending(g.VM) {
+				return h.stopAfterStart(q, g, guestTask{typ: translate.TaskStop, timeout: to, log: line}, &zero)
+			}
 			return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line})
 		}
-		zero := int64(0)
 		return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line, act: func(ctx context.Context) error { return c.StopVM(ctx, g, &zero) }})
 	case "shutdown":
 		to, e := taskTimeout(q, 0)
@@ -293,13 +312,16 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		// a guest that powers off by itself). A finished instance that
 		// KubeVirt has not deleted yet is stopped too: virt-api answers a
 		// stop of it with 409 "VM is not running".
-		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
-			return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line})
-		}
 		var grace *int64
 		if to > 0 {
 			s := int64(to / time.Second)
 			grace = &s
+		}
+		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
+			if kube.StartPending(g.VM) {
+				return h.stopAfterStart(q, g, guestTask{typ: translate.TaskShutdown, timeout: deadline, log: line}, grace)
+			}
+			return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line})
 		}
 		// A paused guest cannot react to ACPI: PVE refuses, or stops it
 		// with forceStop.

@@ -29,6 +29,7 @@ type guestInfo struct {
 	LastError    string     `json:"last_error"`
 	Lock         string     `json:"lock"`
 	HAState      string     `json:"hastate"`
+	Busy         string     `json:"busy"`
 }
 
 // The admin API lists guests with state and time to sleep, and wakes or

@@ -1,0 +1,370 @@
+package behaviour
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A behavioural case: its steps run on both backends (each case on VMs of
+// its own, so cases run in parallel).
+type bcase struct {
+	name  string
+	steps []step
+}
+
+// TestBehaviour runs every case on the simulated and the real backend
+// and compares what a Proxmox client observes.
+func TestBehaviour(t *testing.T) {
+	var wg sync.WaitGroup
+	var sim, real *backend
+	wg.Go(func() { sim = startBackend(t, "sim", "simulate") })
+	real = startBackend(t, "real", "kubeconfig "+env.Kubeconfig)
+	wg.Wait()
+	sameCluster(t, sim, real)
+	known := loadKnown(t)
+	for name := range known {
+		if !hasCase(name) {
+			t.Errorf("known-divergences.txt lists %s, which is no case", name)
+		}
+	}
+	// Four cases at a time: most of a case is waiting for the clusters.
+	sem := make(chan struct{}, 4)
+	for _, c := range cases() {
+		if *only != "" && !strings.Contains(c.name, *only) {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			defer logRealCluster(t, caseVMIDs(c.steps))
+			rs, rr := runBoth(c.steps, sim, real)
+			for i, s := range c.steps {
+				t.Logf("%-22s sim %8v  real %8v  %s", s.name, rs.took[i], rr.took[i], brief(rs.obs[i]))
+				if succeeded(rs.obs[i]) == s.fails {
+					t.Errorf("step %s on the simulated cluster: %s (the suite expects it to %s)", s.name, brief(rs.obs[i]),
+						map[bool]string{false: "succeed", true: "fail"}[s.fails])
+				}
+			}
+			for _, r := range []*runner{rs, rr} {
+				for _, e := range r.errs {
+					t.Errorf("%s: %s", r.b.name, e)
+				}
+			}
+			judge(t, c.name, compare(c.steps, rs, rr), known)
+		})
+	}
+}
+
+// brief is an observation in one line, cut short.
+func brief(o any) string {
+	b, _ := json.Marshal(o)
+	if len(b) > 160 {
+		return string(b[:160]) + "..."
+	}
+	return string(b)
+}
+
+// caseVMIDs are the VMs a case destroys at its end: all it makes.
+func caseVMIDs(steps []step) []string {
+	var out []string
+	for _, s := range steps {
+		if id, ok := strings.CutPrefix(s.name, "destroy "); ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func hasCase(name string) bool {
+	for _, c := range cases() {
+		if c.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func form(kv ...string) url.Values {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Set(kv[i], kv[i+1])
+	}
+	return v
+}
+
+// Steps shared by the cases.
+
+func create(vmid string, kv ...string) step {
+	return step{name: "create", do: func(r *runner) any {
+		return r.task("POST", "/nodes/"+firstNode+"/qemu", form(append([]string{"vmid", vmid}, kv...)...))
+	}}
+}
+
+func config(name, vmid string) step {
+	return step{name: name, do: func(r *runner) any { return r.get(vmid, "config") }}
+}
+
+func pending(name, vmid string) step {
+	return step{name: name, do: func(r *runner) any { return r.get(vmid, "pending") }}
+}
+
+func setConfig(name, vmid string, kv ...string) step {
+	return step{name: name, do: func(r *runner) any {
+		// POST is the asynchronous form (a task), as Terraform and Ansible
+		// use it.
+		return r.task("POST", r.vm(vmid, "config"), form(kv...))
+	}}
+}
+
+func power(action, vmid string, kv ...string) step {
+	return step{name: action + " " + vmid, do: func(r *runner) any {
+		return r.task("POST", r.vm(vmid, "status/"+action), form(kv...))
+	}}
+}
+
+func status(name, vmid, want string) step {
+	// A minute: the wait ends as soon as the status is there, and
+	// ./test.sh runs this package next to the others on two cores.
+	return step{name: name, do: func(r *runner) any { return r.waitStatus(vmid, want, time.Minute) }}
+}
+
+func destroy(vmid string) step {
+	return step{name: "destroy " + vmid, do: func(r *runner) any {
+		// Stopped first, as PVE requires.
+		_ = r.task("POST", r.vm(vmid, "status/stop"), nil)
+		return r.task("DELETE", r.vm(vmid, ""), form("purge", "1", "destroy-unreferenced-disks", "1"))
+	}}
+}
+
+func resize(name, vmid, disk, size string) step {
+	return step{name: name, do: func(r *runner) any { return r.task("PUT", r.vm(vmid, "resize"), form("disk", disk, "size", size)) }}
+}
+
+func snapshot(vmid, snap string) step {
+	return step{name: "snapshot " + snap, do: func(r *runner) any {
+		return r.task("POST", r.vm(vmid, "snapshot"), form("snapname", snap))
+	}}
+}
+
+func rollback(vmid, snap string) step {
+	return step{name: "rollback " + snap, do: func(r *runner) any {
+		return r.task("POST", r.vm(vmid, "snapshot/"+snap+"/rollback"), nil)
+	}}
+}
+
+func snapshots(name, vmid string) step {
+	return step{name: name, do: func(r *runner) any { return r.get(vmid, "snapshot", "name", "parent", "vmstate", "description") }}
+}
+
+// migrate migrates vmid to the node'th node (0: the first).
+func migrate(vmid string, node int, kv ...string) step {
+	return step{name: fmt.Sprintf("migrate to node %d", node), do: func(r *runner) any {
+		return r.task("POST", r.vm(vmid, "migrate"), form(append([]string{"target", nodeNames[node]}, kv...)...))
+	}}
+}
+
+// named gives a step another name (step names are unique in a case).
+func named(name string, s step) step {
+	s.name = name
+	return s
+}
+
+// withTimeout bounds a step's task by d instead of taskTimeout.
+func withTimeout(d time.Duration, s step) step {
+	s.timeout = d
+	return s
+}
+
+// failing marks a step that fails on the simulated cluster too (a
+// refusal the suite checks).
+func failing(s step) step {
+	s.fails = true
+	return s
+}
+
+func nodeOf(name, vmid string) step {
+	return step{name: name, do: func(r *runner) any { return r.node(vmid) }}
+}
+
+func clone(vmid, newid string, kv ...string) step {
+	return step{name: "clone to " + newid, do: func(r *runner) any {
+		return r.task("POST", r.vm(vmid, "clone"), form(append([]string{"newid", newid}, kv...)...))
+	}}
+}
+
+// cases is the suite: create (each kind of disk, NICs, cloud-init),
+// update, detach, resize, snapshot, rollback, clone, migrate and power.
+func cases() []bcase {
+	return []bcase{
+		{"power", []step{
+			create("7001", "name", "b-power", "memory", "1024", "cores", "2", "scsi0", "local-lvm:4", "net0", "virtio,bridge=vmbr0"),
+			power("start", "7001"),
+			status("running", "7001", "running"),
+			power("suspend", "7001"),
+			status("paused", "7001", "running"),
+			power("resume", "7001"),
+			power("reboot", "7001"),
+			status("rebooted", "7001", "running"),
+			// PVE's shutdown task ends with the guest stopped, and a start
+			// right after it starts it again.
+			power("shutdown", "7001", "timeout", "60"),
+			named("start again 7001", power("start", "7001")),
+			status("running again", "7001", "running"),
+			destroy("7001"),
+		}},
+		{"machine", []step{
+			create("7005", "name", "b-machine", "memory", "512", "scsi0", "local-lvm:2"),
+			power("start", "7005"),
+			status("running", "7005", "running"),
+			step{name: "running machine", do: func(r *runner) any { return r.get("7005", "status/current", "running-machine") }},
+			destroy("7005"),
+		}},
+		{"disks", []step{
+			create("7010", "name", "b-disks", "memory", "1024", "bios", "ovmf", "machine", "q35",
+				"scsihw", "virtio-scsi-single", "scsi0", "local-lvm:4,iothread=1", "virtio1", "ceph-rbd:2",
+				"sata2", "local-lvm:1", "ide2", "none,media=cdrom", "efidisk0", "local-lvm:1,efitype=4m,pre-enrolled-keys=1",
+				"tpmstate0", "local-lvm:1,version=v2.0", "net0", "virtio,bridge=vmbr0"),
+			config("config", "7010"),
+			power("start", "7010"),
+			status("running", "7010", "running"),
+			power("stop", "7010"),
+			destroy("7010"),
+		}},
+		{"nics", []step{
+			create("7020", "name", "b-nics", "memory", "512", "scsi0", "local-lvm:2",
+				"net0", "e1000=BC:24:11:00:70:20,bridge=vmbr0,firewall=1"),
+			config("config", "7020"),
+			power("start", "7020"),
+			status("running", "7020", "running"),
+			setConfig("link down", "7020", "net0", "e1000=BC:24:11:00:70:20,bridge=vmbr0,firewall=1,link_down=1"),
+			pending("pending", "7020"),
+			power("stop", "7020"),
+			config("config after stop", "7020"),
+			destroy("7020"),
+		}},
+		{"cloudinit", []step{
+			create("7030", "name", "b-ci", "memory", "512", "scsi0", "local-lvm:4", "ide2", "local-lvm:cloudinit",
+				"ciuser", "debian", "cipassword", "s3cret", "ipconfig0", "ip=dhcp", "nameserver", "192.0.2.53",
+				"sshkeys", url.PathEscape("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOx/AGAFdlsqrK04xT63RsqdCXymOoZQwbAI+J0+UoXX user@host"),
+				"net0", "virtio,bridge=vmbr0"),
+			config("config", "7030"),
+			step{name: "user data", do: func(r *runner) any { return r.get("7030", "cloudinit/dump?type=user") }},
+			power("start", "7030"),
+			status("running", "7030", "running"),
+			power("stop", "7030"),
+			destroy("7030"),
+		}},
+		{"update", []step{
+			create("7040", "name", "b-update", "memory", "1024", "cores", "1", "scsi0", "local-lvm:2", "net0", "virtio,bridge=vmbr0"),
+			setConfig("set stopped", "7040", "cores", "4", "memory", "2048", "description", "behaviour suite", "tags", "a;b"),
+			config("config", "7040"),
+			power("start", "7040"),
+			status("running", "7040", "running"),
+			setConfig("set running", "7040", "cores", "2", "memory", "1024", "sockets", "2"),
+			pending("pending", "7040"),
+			power("stop", "7040"),
+			config("config after stop", "7040"),
+			destroy("7040"),
+		}},
+		{"detach", []step{
+			create("7050", "name", "b-detach", "memory", "512", "scsi0", "local-lvm:2", "scsi1", "local-lvm:1"),
+			setConfig("detach", "7050", "delete", "scsi1"),
+			config("config detached", "7050"),
+			setConfig("reattach", "7050", "scsi1", "local-lvm:vm-7050-disk-1"),
+			config("config reattached", "7050"),
+			setConfig("detach again", "7050", "delete", "scsi1"),
+			setConfig("remove unused", "7050", "delete", "unused0"),
+			config("config removed", "7050"),
+			destroy("7050"),
+		}},
+		{"resize", []step{
+			create("7060", "name", "b-resize", "memory", "512", "scsi0", "local-lvm:4"),
+			resize("grow by 1G", "7060", "scsi0", "+1G"),
+			config("config grown", "7060"),
+			resize("grow to 8G", "7060", "scsi0", "8G"),
+			failing(resize("shrink", "7060", "scsi0", "6G")),
+			config("config", "7060"),
+			destroy("7060"),
+		}},
+		{"snapshot-ceph", []step{
+			create("7070", "name", "b-snap", "memory", "512", "cores", "1", "scsi0", "ceph-rbd:2"),
+			snapshot("7070", "s1"),
+			snapshots("snapshots", "7070"),
+			setConfig("change", "7070", "cores", "3"),
+			rollback("7070", "s1"),
+			config("config rolled back", "7070"),
+			step{name: "delete snapshot", do: func(r *runner) any { return r.task("DELETE", r.vm("7070", "snapshot/s1"), nil) }},
+			snapshots("snapshots after delete", "7070"),
+			destroy("7070"),
+		}},
+		{"snapshot-local", []step{
+			create("7080", "name", "b-snap-local", "memory", "512", "cores", "1", "scsi0", "local-lvm:2"),
+			snapshot("7080", "s1"),
+			snapshots("snapshots", "7080"),
+			setConfig("change", "7080", "cores", "3"),
+			rollback("7080", "s1"),
+			config("config rolled back", "7080"),
+			destroy("7080"),
+		}},
+		{"snapshot-running", []step{
+			create("7085", "name", "b-snap-run", "memory", "512", "cores", "1", "scsi0", "ceph-rbd:2"),
+			power("start", "7085"),
+			status("running", "7085", "running"),
+			snapshot("7085", "s1"),
+			setConfig("change", "7085", "cores", "2"),
+			rollback("7085", "s1"),
+			status("after rollback", "7085", "stopped"),
+			config("config rolled back", "7085"),
+			destroy("7085"),
+		}},
+		{"clone", []step{
+			create("7090", "name", "b-clone-src", "memory", "512", "scsi0", "ceph-rbd:2", "net0", "virtio,bridge=vmbr0"),
+			clone("7090", "7091", "name", "b-clone", "full", "1"),
+			config("clone config", "7091"),
+			power("start", "7091"),
+			status("clone running", "7091", "running"),
+			destroy("7091"),
+			destroy("7090"),
+		}},
+		{"clone-running", []step{
+			create("7095", "name", "b-clone-run-src", "memory", "512", "scsi0", "local-lvm:2"),
+			power("start", "7095"),
+			status("running", "7095", "running"),
+			// CDI's wait for the source to stop does not end by itself:
+			// 20 seconds (ten times the simulated clone) show it.
+			withTimeout(20*time.Second, clone("7095", "7096", "name", "b-clone-run", "full", "1")),
+			config("clone config", "7096"),
+			destroy("7096"),
+			destroy("7095"),
+		}},
+		{"migrate-offline", []step{
+			create("7100", "name", "b-mig-off", "memory", "512", "scsi0", "ceph-rbd:2"),
+			migrate("7100", 1),
+			nodeOf("node", "7100"),
+			destroy("7100"),
+		}},
+		{"migrate-online-shared", []step{
+			create("7105", "name", "b-mig-rwx", "memory", "512", "scsi0", "ceph-rbd:2", "net0", "virtio,bridge=vmbr0"),
+			power("start", "7105"),
+			status("running", "7105", "running"),
+			migrate("7105", 2, "online", "1"),
+			nodeOf("node", "7105"),
+			status("running after", "7105", "running"),
+			destroy("7105"),
+		}},
+		{"migrate-online-local", []step{
+			create("7110", "name", "b-mig-rwo", "memory", "512", "scsi0", "local-lvm:2", "net0", "virtio,bridge=vmbr0"),
+			power("start", "7110"),
+			status("running", "7110", "running"),
+			migrate("7110", 2, "online", "1", "with-local-disks", "1"),
+			nodeOf("node", "7110"),
+			destroy("7110"),
+		}},
+	}
+}
