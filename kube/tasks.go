@@ -445,8 +445,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		// virt-controller drops the start request in the status update
 		// that sets Created: a cached VM without the request but not yet
 		// its instance (the caches follow separate watches) reads Created.
+		if vm == nil {
+			return true, translate.ExitOK, nil
+		}
 		starting := StartPending(vm) || vm.Status.Created
-		if vm == nil || (final && (!starting || reason(vm) != "")) {
+		if final && (!starting || reason(vm) != "") {
 			return true, translate.ExitOK, nil
 		}
 	case GoalProvisioned:
