@@ -132,7 +132,7 @@ func (ts *Tasks) remember(t *Task) {
 		*r = *t.copy()
 	}
 	ts.mu.Unlock()
-	ts.poke()
+	ts.touch(t.subject())
 }
 
 func (s *Session) renew() {

@@ -49,7 +49,7 @@ func (c *Cluster) startCDIStore(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return cdi.DataVolumes(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, nil, stripStorage, c.Tasks.touchBy(ownerKeys))
 	return []*store{c.dataVolumes}
 }
 
@@ -117,7 +117,7 @@ func (c *Cluster) CreateISO(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.D
 		return nil, err
 	}
 	// Read-your-writes: the download's task finds it at once.
-	c.dataVolumes.put(out)
+	c.dataVolumes.put(out, true)
 	return out, nil
 }
 

@@ -9,11 +9,12 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/fleet"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
 
 // Simulate starts a Cluster over an in-memory cluster: fake client sets
-// seeded with a small lab (plus extraVMs plain VMs), driven by the KubeVirt
+// seeded with a small lab (plus extraVMs VMs as fleet makes them), driven by the KubeVirt
 // stand-in controller and virt-api console server of kubevirtsim. It is
 // the same code as a real cluster's above the clients; Stop ends the
 // simulator too. This is why `simulate` ships kubevirtsim and client-go's
@@ -30,7 +31,11 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 				nodes = append(nodes, n.Name)
 			}
 		}
-		objs = append(objs, kubevirtsim.BulkVMs("default", extraVMs, 1000, nodes)...)
+		bulk, err := fleet.Objects(fleet.Spec{Namespace: "default", N: extraVMs, FirstVMID: 1000, Nodes: nodes})
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, bulk...)
 	}
 	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(objs...)
 	simCtx, cancel := context.WithCancel(context.Background())

@@ -76,7 +76,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return snaps.VirtualMachineSnapshots(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, c.Tasks.touchBy(keys(byVM)))
 	c.restores = newStore(ctx, c.own.kube, c.opts.Namespaces, &snapshotv1.VirtualMachineRestore{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return snaps.VirtualMachineRestores(ns).List(ctx, o)
@@ -84,7 +84,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return snaps.VirtualMachineRestores(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, c.Tasks.touchBy(keys(byVM)))
 	return []*store{c.snapshots, c.restores}
 }
 
@@ -143,7 +143,7 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 	if err != nil {
 		return nil, snapshotWriteErr(err)
 	}
-	c.snapshots.put(out)
+	c.snapshots.put(out, true)
 	return out, nil
 }
 

@@ -51,19 +51,26 @@ func (h *APIHandler) getQemuList(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	out := []any{}
-	for _, g := range h.visibleGuests(q) {
-		if g.Node != n.Name {
+	rows := h.visibleRows(q, h.vmRows(q.c).rows(q.c))
+	body := newBody(len(rows)*rowSizeHint + 64)
+	body.b = append(body.b, '[')
+	first := true
+	for _, row := range rows {
+		if row.in.node != n.Name {
 			continue
 		}
-		f := factsOf(q.c, g, now)
+		if !first {
+			body.b = append(body.b, ',')
+		}
+		first = false
 		if full {
-			out = append(out, vmCurrent(g, f))
+			body.b = row.appendCurrent(body.b, now)
 		} else {
-			out = append(out, vmStatus(g, f))
+			body.b = row.appendStatus(body.b, now)
 		}
 	}
-	return out, nil
+	body.b = append(body.b, ']')
+	return body, nil
 }
 
 func (h *APIHandler) getQemuIndex(q *request) (any, *apiError) {
@@ -85,7 +92,9 @@ func (h *APIHandler) getQemuStatusCurrent(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return vmCurrent(g, factsOf(q.c, g, time.Now())), nil
+	body := newBody(1024)
+	body.b = h.vmRows(q.c).row(q.c, g).appendCurrent(body.b, time.Now())
+	return body, nil
 }
 
 func (h *APIHandler) getQemuConfig(q *request) (any, *apiError) {

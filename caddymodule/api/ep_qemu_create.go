@@ -30,9 +30,12 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	ns := h.createNamespace(q)
+	ns, ok := h.createNamespace(q)
+	if !ok {
+		return nil, noPool(q.p["pool"])
+	}
 	if !q.c.Serves(ns) {
-		return nil, noPool(ns)
+		return nil, newError(http.StatusInternalServerError, "cannot create VM %d: namespace '%s' (where VMs are created without pool=) is not served", vmid, ns)
 	}
 	cfg := map[string]string{}
 	for k := range q.p {
@@ -52,6 +55,7 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	if len(perrs) > 0 {
 		return nil, paramError(perrs)
 	}
+	h.joinPool(q.c, vm, q.p["pool"])
 	g, created, e := h.createGuest(q, vmid, vm, func(_ kube.Guest, created *kubevirtv1.VirtualMachine) *apiError {
 		return h.applyCloudInit(q, vmid, created, cfg["cipassword"], true)
 	})

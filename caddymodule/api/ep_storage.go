@@ -61,8 +61,8 @@ func (h *APIHandler) storageRowsWhere(keep func(name string) bool) []storageRow 
 // AnnotationISOFile), so that clients picking "the ISO storage" by
 // content find it.
 func (h *APIHandler) storageContent(class string) string {
-	for _, pvc := range h.cluster.ClaimsOf(class) {
-		if pvc.Annotations[AnnotationISOFile] != "" && listable(h.cluster, pvc) {
+	for _, pvc := range h.cluster.ISOClaimsOf(class) {
+		if listable(h.cluster, pvc) {
 			return "images,iso,rootdir"
 		}
 	}

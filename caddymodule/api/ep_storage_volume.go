@@ -110,7 +110,7 @@ func isoVolume(q *request) (volid, file string, e *apiError) {
 // several other namespaces are ambiguous.
 func (h *APIHandler) isoClaim(q *request, s, file string) (*corev1.PersistentVolumeClaim, *apiError) {
 	var found []*corev1.PersistentVolumeClaim
-	for _, pvc := range q.c.ClaimsOf(s) {
+	for _, pvc := range q.c.ISOClaimsOf(s) {
 		if pvc.Annotations[translate.AnnotationISOFile] != file || pvc.DeletionTimestamp != nil {
 			continue
 		}

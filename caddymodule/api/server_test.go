@@ -75,6 +75,7 @@ https://localhost:%d {
 		token vmuser@pve!t %[2]s
 		token pooladmin@pve!t %[2]s
 		token admin@pve!t %[2]s
+		token teamlead@pve!t %[2]s
 		user nobody@pve nobody-pass
 		auth_failure_delay 0s
 		default_role NoAccess
@@ -91,6 +92,10 @@ https://localhost:%d {
 		}
 		identity admin@pve {
 			role Administrator
+		}
+		identity teamlead@pve {
+			role PVEVMUser /pool/team-it
+			role PVEDatastoreUser /pool/team-it
 		}
 		identity ghost@sso {
 			role PVEVMUser /vms/100
