@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -154,4 +156,108 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 	if cfg := config(); cfg["scsi1"] != nil || cfg["unused0"] != nil || cfg["sata0"] == nil {
 		t.Fatalf("after unlink: %v", cfg)
 	}
+}
+
+// TestDetachKeepsTheDataVolume: on KubeVirt's own VM webhook, detaching a
+// disk (delete=, unlink without force) keeps its data as unusedN, as PVE
+// does: the template leaves the spec (the webhook refuses one no volume
+// uses), the DataVolume stays, still the VM's; the disk can be attached
+// again, and deleting its unusedN deletes the DataVolume.
+func TestDetachKeepsTheDataVolume(t *testing.T) {
+	ctx := context.Background()
+	a := pve(t)
+	node := firstNode(a)
+	id := nextID(a)
+	path := "/nodes/" + node + "/qemu/" + id
+	var upid string
+	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "detach", "scsi0", "local-path:1", "scsi1", "local-path:1", "scsi2", "local-path:1"), &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	t.Cleanup(func() {
+		var u string
+		a.OK("DELETE", path, nil, &u)
+		a.WaitTask(u)
+	})
+	vm := vmByID(t, id)
+	cdi, err := containerizeddataimporter.NewForConfig(env.DirectConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := func(n int) string { return fmt.Sprintf("vm-%s-disk-%d", id, n) }
+	// dataVolume waits for the DataVolume and its claim (the cache must
+	// know the claim to re-attach it), or for both to be gone.
+	dataVolume := func(name string, exists bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			dv, err := cdi.CdiV1beta1().DataVolumes(vm.Namespace).Get(ctx, name, metav1.GetOptions{})
+			_, perr := env.Kube.CoreV1().PersistentVolumeClaims(vm.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if exists && err == nil && perr == nil {
+				if !metav1.IsControlledBy(dv, vm) {
+					t.Fatalf("DataVolume %s is not the VM's: %v", name, dv.OwnerReferences)
+				}
+				return
+			}
+			if !exists && apierrors.IsNotFound(err) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("DataVolume %s: %v, claim: %v; want exists=%v", name, err, perr, exists)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		dataVolume(disk(i), true)
+	}
+	templates := func() []string {
+		var names []string
+		for _, dv := range vmByID(t, id).Spec.DataVolumeTemplates {
+			names = append(names, dv.Name)
+		}
+		return names
+	}
+	config := func() map[string]any {
+		var cfg map[string]any
+		a.OK("GET", path+"/config", nil, &cfg)
+		return cfg
+	}
+
+	a.OK("PUT", path+"/config", form("delete", "scsi1"), nil)
+	if cfg := config(); cfg["scsi1"] != nil || cfg["unused0"] != "local-path:"+disk(1) {
+		t.Fatalf("after delete=scsi1: %v", cfg)
+	}
+	if got := templates(); !slices.Equal(got, []string{disk(0), disk(2)}) {
+		t.Fatalf("templates after detaching scsi1: %v", got)
+	}
+	a.OK("PUT", path+"/unlink", form("idlist", "scsi2"), nil)
+	if cfg := config(); cfg["scsi2"] != nil || cfg["unused1"] != "local-path:"+disk(2) {
+		t.Fatalf("after unlink scsi2: %v", cfg)
+	}
+	if got := templates(); !slices.Equal(got, []string{disk(0)}) {
+		t.Fatalf("templates after unlinking scsi2: %v", got)
+	}
+	// The DataVolumes are kept, and stay the VM's.
+	dataVolume(disk(1), true)
+	dataVolume(disk(2), true)
+
+	// Attached again from unused0, under another key.
+	a.OK("PUT", path+"/config", form("virtio1", "local-path:"+disk(1), "delete", "unused0"), nil)
+	if cfg := config(); cfg["virtio1"] != "local-path:"+disk(1)+",size=1G" || cfg["unused0"] != nil || cfg["unused1"] != "local-path:"+disk(2) {
+		t.Fatalf("after re-attaching: %v", cfg)
+	}
+	var vol *kubevirtv1.Volume
+	for _, v := range vmByID(t, id).Spec.Template.Spec.Volumes {
+		if v.Name == "virtio1" {
+			vol = &v
+		}
+	}
+	if vol == nil || vol.DataVolume == nil || vol.DataVolume.Name != disk(1) {
+		t.Fatalf("re-attached volume %+v", vol)
+	}
+	// Deleting an unusedN deletes its data.
+	a.OK("PUT", path+"/config", form("delete", "unused1"), nil)
+	dataVolume(disk(2), false)
+	dataVolume(disk(1), true)
 }

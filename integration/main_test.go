@@ -66,6 +66,7 @@ func TestMain(m *testing.M) {
 			return kubevirtsim.NewController(kv, kube, kubevirtsim.Options{
 				StartDelay: 300 * time.Millisecond, StopDelay: 200 * time.Millisecond,
 				CDI: cdi, DataVolumeDelay: 300 * time.Millisecond, SnapshotDelay: 200 * time.Millisecond,
+				AgentDelay: 500 * time.Millisecond,
 			}).Run(ctx)
 		},
 		NewVirtHandler: func(e *testenv.Env) http.Handler {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -76,7 +79,9 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 				return err
 			}
 		}
-		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
+		return lifecycle(g, func() error {
+			return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
+		})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyRerunOnFailure)
 }
@@ -86,7 +91,9 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 // stop exists.
 func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error {
 	if c.power.detect(ctx) {
-		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
+		return lifecycle(g, func() error {
+			return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
+		})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyHalted)
 }
@@ -167,7 +174,9 @@ func (c *Cluster) StopAfterStart(ctx context.Context, g Guest, gracePeriod *int6
 // Always first.
 func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
 	if c.power.detect(ctx) {
-		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
+		return lifecycle(g, func() error {
+			return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
+		})
 	}
 	rs, _ := g.VM.RunStrategy()
 	if rs != kubevirtv1.RunStrategyAlways && rs != kubevirtv1.RunStrategyOnce {
@@ -206,6 +215,30 @@ func (c *Cluster) UnpauseVM(ctx context.Context, g Guest) error {
 	return c.as(ctx).kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Unpause(ctx, g.Name(), &kubevirtv1.UnpauseOptions{})
 }
 
+// lifecycleBackoff spaces the retries of a lifecycle call that lost a race
+// (about 5 s in all: another call's start or stop request is consumed by
+// virt-controller within moments).
+var lifecycleBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 10, Cap: time.Second}
+
+// lifecycle makes a virt-api lifecycle call (start, stop, restart) for g,
+// asking again while it loses a race with another change of the VM
+// (lostPatchRace): virt-api reads the VM afresh on every call, so the
+// next answer is the real one (e.g. "VM is already running"). A race still
+// lost after the retries is said in PVE's terms, not virt-api's.
+func lifecycle(g Guest, call func() error) error {
+	err := retry.OnError(lifecycleBackoff, lostPatchRace, call)
+	msg, _ := StatusMessage(err)
+	switch {
+	case lostPatchRace(err):
+		return fmt.Errorf("VM %d is busy: another start, stop or reboot of it is under way; try again", g.VMID)
+	case apierrors.IsConflict(err) && strings.HasSuffix(msg, "VM is already running"):
+		return fmt.Errorf("VM %d already running", g.VMID) // qemu-server's words
+	case apierrors.IsConflict(err) && strings.HasSuffix(msg, "VM is not running"):
+		return fmt.Errorf("VM %d not running", g.VMID)
+	}
+	return err
+}
+
 // setRunStrategy replaces spec.runStrategy (and drops the deprecated
 // spec.running) with a JSON patch guarded by the VM's UID, so a VM
 // recreated under the same name is never touched by mistake.
@@ -226,7 +259,7 @@ type patchOp struct {
 
 func (c *Cluster) patchVM(ctx context.Context, g Guest, ops []patchOp) error {
 	_, err := c.jsonPatchVM(ctx, g, ops)
-	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+	if apierrors.IsConflict(err) || patchTestFailed(err) {
 		return fmt.Errorf("VM %s/%s changed while being updated (retry): %w", g.Namespace(), g.Name(), err)
 	}
 	return err

@@ -47,7 +47,10 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 		DataVolumeDelay: 2 * time.Second,
 		SnapshotDelay:   time.Second,
 		MigrationDelay:  time.Second,
-		Logger:          opts.Logger.Named("simulator"),
+		// A guest with agent=1 answers virt-handler's first poll once it
+		// has booted.
+		AgentDelay: 2 * time.Second,
+		Logger:     opts.Logger.Named("simulator"),
 	})
 	go func() { _ = ctrl.Run(simCtx) }()
 	go forgetActions(simCtx, kc, kv, cdi)

@@ -617,8 +617,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		// virt-controller drops the start request in the status update
 		// that sets Created: a cached VM without the request but not yet
 		// its instance (the caches follow separate watches) reads Created.
+		if vm == nil {
+			return true, translate.ExitOK, nil
+		}
 		starting := StartPending(vm) || vm.Status.Created
-		if vm == nil || (final && (!starting || reason(vm) != "")) {
+		if final && (!starting || reason(vm) != "") {
 			return true, translate.ExitOK, nil
 		}
 	case GoalProvisioned:
@@ -645,7 +648,9 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		switch {
 		case failure != "":
 			return true, failure, nil
-		case ready:
+		case ready && !lockedBy(vm, t.object, false):
+			// KubeVirt marks the snapshot ready, then lets go of the
+			// VM; PVE's task ends once its lock is gone.
 			return true, translate.ExitOK, nil
 		case !exists && now.Sub(time.Unix(t.UPID.StartTime, 0)) > 10*time.Second:
 			return true, "snapshot " + t.object + " was deleted", nil
@@ -699,7 +704,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	case GoalSession, GoalWorker:
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
-		if _, complete := ts.c.restoreState(t.namespace, t.object); complete {
+		if _, complete := ts.c.restoreState(t.namespace, t.object); complete && !lockedBy(vm, t.object, true) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := ts.c.reapplySnapshotConfig(ctx, t.namespace, t.object)
 			cancel()

@@ -728,3 +728,29 @@ func TestTaskStopAfterFailedStart(t *testing.T) {
 		t.Fatalf("stop ended %q", end.ExitStatus)
 	}
 }
+
+// TestTaskStopAfterStartOfDeletedVM: a stop waiting for a pending start
+// ends OK when the VM is deleted meanwhile (it read the gone VM's status
+// and brought the task worker down).
+func TestTaskStopAfterStartOfDeletedVM(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c := e.cluster(Options{}, true)
+	g := mustGuest(t, c, 101)
+	if err := c.StartVM(e.ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the start request in the cache", func() (bool, string) {
+		g = mustGuest(t, c, 101)
+		return StartPending(g.VM), fmt.Sprint(g.VM.Status.StateChangeRequests)
+	})
+	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStoppedAfterStart, translate.TaskStop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.kv.KubevirtV1().VirtualMachines(g.Namespace()).Delete(e.ctx, g.Name(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if end := waitTaskEnd(t, c, task.UPID.String()); end.ExitStatus != translate.ExitOK {
+		t.Fatalf("stop ended %q", end.ExitStatus)
+	}
+}

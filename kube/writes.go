@@ -100,7 +100,9 @@ func (c *Cluster) ReplaceVM(ctx context.Context, g Guest, want *kubevirtv1.Virtu
 	}
 	out, err := c.jsonPatchVM(ctx, g, ops)
 	if err != nil {
-		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+		// A failed test is the VM changing under the write; any other
+		// refusal (a webhook's, as a 422 too) is the answer.
+		if apierrors.IsConflict(err) || patchTestFailed(err) {
 			return nil, fmt.Errorf("%w: %v", ErrModified, err)
 		}
 		return nil, err

@@ -128,6 +128,7 @@ func NewFakeClientsWithCDI(objects ...runtime.Object) (kubernetes.Interface, kub
 	outer := kvfake.NewSimpleClientset()
 	inner := kvfake.NewSimpleClientset()
 	api := newAPIServer(outer.Tracker(), kvscheme.Scheme, kubevirtStatusResources...)
+	api.admit = (&admission{tracker: outer.Tracker()}).admit
 	for _, obj := range kvObjects {
 		if err := api.seed(obj); err != nil {
 			panic(fmt.Sprintf("kubevirtsim: seed %T: %v", obj, err))

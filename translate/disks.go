@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -21,6 +22,10 @@ type ClaimInfo struct {
 	// mode): a disk cloned from it needs that much, not the claim's
 	// margin. 0 otherwise.
 	ImageBytes int64
+	// DataVolume: CDI made the claim for a DataVolume of the same name
+	// (which controls it), so a disk re-attached to it is a dataVolume
+	// volume, as it was while its template held it.
+	DataVolume bool
 }
 
 // ClaimLookup describes a claim of the VM's namespace by name; ok is false
@@ -379,6 +384,10 @@ func ClaimInfoOf(pvc *corev1.PersistentVolumeClaim) ClaimInfo {
 	block := pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock
 	if content, _, ok := FileOf(pvc.Annotations); ok && content == ContentImport && !block {
 		ci.ImageBytes = max(VirtualSizeOf(pvc.Annotations), FileSizeOf(pvc.Annotations))
+	}
+	if ref := metav1.GetControllerOf(pvc); ref != nil && ref.Kind == "DataVolume" && ref.Name == pvc.Name &&
+		strings.HasPrefix(ref.APIVersion, "cdi.kubevirt.io/") {
+		ci.DataVolume = true
 	}
 	return ci
 }

@@ -3,6 +3,8 @@ package translate
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -106,8 +108,11 @@ func ownedClaims(vm *kubevirtv1.VirtualMachine, sds []specDisk, stored map[strin
 			continue
 		}
 		if n := unusedVolume(stored[k]); n != "" && owned[n] == nil {
+			// A detached disk's template left the spec with it (see
+			// keptTemplates); its claim may still be a DataVolume's.
 			st, _, _ := strings.Cut(stored[k], ":")
-			owned[n] = &ownedClaim{storage: st, dv: false}
+			ci, _ := claims.get(n)
+			owned[n] = &ownedClaim{storage: st, dv: ci.DataVolume}
 		}
 	}
 	for n, o := range owned {
@@ -286,7 +291,10 @@ func (p *drivePlan) cdromDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kube
 // diskDrive maps a disk drive onto a disk of the key's bus (diskTarget)
 // and the claim diskClaim finds or makes for it.
 func (p *drivePlan) diskDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubevirtv1.Disk, *kubevirtv1.Volume, error) {
-	disk := diskTarget(bus, d)
+	disk, err := diskTarget(bus, d)
+	if err != nil {
+		return kubevirtv1.Disk{}, nil, err
+	}
 	name, asDV, err := p.diskClaim(d)
 	if err != nil {
 		return kubevirtv1.Disk{}, nil, err
@@ -297,8 +305,8 @@ func (p *drivePlan) diskDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubev
 
 // diskTarget is the KubeVirt disk for a drive on bus, with the drive
 // options KubeVirt has: iothread (a dedicated I/O thread), cache and
-// serial.
-func diskTarget(bus kubevirtv1.DiskBus, d *drive) kubevirtv1.Disk {
+// serial (see diskSerial).
+func diskTarget(bus kubevirtv1.DiskBus, d *drive) (kubevirtv1.Disk, error) {
 	disk := kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}}
 	// KubeVirt gives I/O threads to virtio disks only; its VM webhook
 	// refuses dedicatedIOThread on any other bus ("IOThreads are not
@@ -312,9 +320,43 @@ func diskTarget(bus kubevirtv1.DiskBus, d *drive) kubevirtv1.Disk {
 	if c := d.opts["cache"]; c == "none" || c == "writethrough" || c == "writeback" {
 		disk.Cache = kubevirtv1.DriverCache(c)
 	}
-	disk.Serial = d.opts["serial"]
-	return disk
+	serial, err := diskSerial(d.opts["serial"])
+	disk.Serial = serial
+	return disk, err
 }
+
+// diskSerial is the serial KubeVirt gives the guest for PVE's serial=,
+// which is url-encoded (qemu-server's "urlencoded" format, at most 60
+// characters) and decoded for QEMU. KubeVirt's VM webhook accepts only
+// serials made of [A-Za-z0-9_.+-]; a value whose decoded form has any
+// other character is refused here, saying why, rather than changed into
+// a serial the guest would not know.
+func diskSerial(v string) (string, error) {
+	switch {
+	case v == "":
+		return "", nil
+	case len(v) > 60:
+		return "", fmt.Errorf("invalid format - serial: value may only be 60 characters long")
+	case !urlencodedRE.MatchString(v):
+		return "", fmt.Errorf("invalid format - serial: invalid urlencoded string: %s", v)
+	}
+	dec, err := url.PathUnescape(v)
+	if err != nil {
+		return "", fmt.Errorf("invalid format - serial: invalid urlencoded string: %s", v)
+	}
+	if !kubevirtSerialRE.MatchString(dec) {
+		return "", fmt.Errorf("serial '%s' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial", dec)
+	}
+	return dec, nil
+}
+
+var (
+	// urlencodedRE is pve_verify_urlencoded's pattern.
+	urlencodedRE = regexp.MustCompile(`^[-%a-zA-Z0-9_.!~*'()]*$`)
+	// kubevirtSerialRE is what KubeVirt's webhook accepts as a disk
+	// serial (pkg/storage/admitters/disks.go).
+	kubevirtSerialRE = regexp.MustCompile(`^[A-Za-z0-9_.+-]+$`)
+)
 
 // claimVolume is the volume of disk k on claim name: a dataVolume volume
 // for a DataVolume (so KubeVirt waits for it to be filled), else the PVC.

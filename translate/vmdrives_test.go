@@ -14,7 +14,8 @@ import (
 )
 
 // vm100 has scsi0 on vm-100-disk-0 (an 8 GiB DataVolume template on
-// local-lvm) and vm-100-disk-1 (2 GiB) detached as unused0.
+// local-lvm) and vm-100-disk-1 (2 GiB) detached as unused0: its template
+// left the spec, its DataVolume's claim is in seedClaims.
 func vm100(t *testing.T) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	vm := buildOK(t, map[string]string{"scsi0": "local-lvm:8", "scsi1": "local-lvm:2"})
@@ -82,7 +83,10 @@ func TestOwnedClaims(t *testing.T) {
 		want      map[string]ownedClaim
 		templates []string
 	}{
-		{"a template attached; a detached disk's claim, storage from its unusedN", vm100(t), nil,
+		{"a template attached, a DataVolume detached", vm100(t), seedClaims,
+			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": {storage: "local-lvm", dv: true}},
+			[]string{"vm-100-disk-0"}},
+		{"a detached claim nothing knows of", vm100(t), nil,
 			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": {storage: "local-lvm"}},
 			[]string{"vm-100-disk-0"}},
 		{"a PVC, storage from the claim", seedWin11(), seedClaims,
@@ -355,8 +359,31 @@ func TestDiskTarget(t *testing.T) {
 		{kubevirtv1.DiskBusSCSI, "local-lvm:1,serial=abc", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "scsi"}}, Serial: "abc"}},
 	}
 	for _, tt := range tests {
-		if got := diskTarget(tt.bus, mustDrive(t, tt.v)); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("diskTarget(%s, %q) = %+v, want %+v", tt.bus, tt.v, got, tt.want)
+		if got, err := diskTarget(tt.bus, mustDrive(t, tt.v)); !reflect.DeepEqual(got, tt.want) || err != nil {
+			t.Errorf("diskTarget(%s, %q) = %+v, %v; want %+v", tt.bus, tt.v, got, err, tt.want)
+		}
+	}
+}
+
+func TestDiskSerial(t *testing.T) {
+	tests := []struct{ v, want, err string }{
+		{"", "", ""},
+		{"WD-WX12345678", "WD-WX12345678", ""},
+		{"disk_1.data%2Ba", "disk_1.data+a", ""},
+		{"disk+1", "", "invalid format - serial: invalid urlencoded string: disk+1"}, // as PVE: '+' must be encoded
+		{"ABC%2B1", "ABC+1", ""},     // url-encoded, decoded as QEMU gets it
+		{"abc%2Ddef", "abc-def", ""}, // an encoded character KubeVirt takes
+		{"my%20disk", "", "serial 'my disk' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"it's", "", "serial 'it's' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"a%2Fb", "", "serial 'a/b' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"a b", "", "invalid format - serial: invalid urlencoded string: a b"},
+		{"50%", "", "invalid format - serial: invalid urlencoded string: 50%"},
+		{strings.Repeat("x", 61), "", "invalid format - serial: value may only be 60 characters long"},
+	}
+	for _, tt := range tests {
+		got, err := diskSerial(tt.v)
+		if got != tt.want || errText(err) != tt.err {
+			t.Errorf("diskSerial(%q) = %q, %q; want %q, %q", tt.v, got, errText(err), tt.want, tt.err)
 		}
 	}
 }
@@ -437,8 +464,8 @@ func TestImportDisk(t *testing.T) {
 		{"never smaller than the source", "local-lvm:1", "ceph-rbd:golden-disk", seedClaims, nil, "local-lvm:vm-100-disk-0,size=3G", 3 * GiB, ""},
 		{"no claim facts: the size asked, whole MiB", "local-lvm:0.001", "local-lvm:x", nil, nil, "local-lvm:vm-100-disk-0,size=2M", 2 << 20, ""},
 		{"no claim facts, no size: CDI's", "local-lvm:0", "local-lvm:x", nil, nil, "local-lvm:vm-100-disk-0", 0, ""},
-		{"name in use elsewhere", "local-lvm:0", "local-lvm:golden-disk", seedClaims, takenBy(seedClaims, "vm-100-disk-0"),
-			"local-lvm:vm-100-disk-1,size=3G", 3 * GiB, ""},
+		{"names in use elsewhere (one reported, one a claim)", "local-lvm:0", "local-lvm:golden-disk", seedClaims, takenBy(seedClaims, "vm-100-disk-0"),
+			"local-lvm:vm-100-disk-2,size=3G", 3 * GiB, ""},
 		{"not a volume id", "local-lvm:0", "golden-disk", seedClaims, nil, "", 0,
 			"import-from 'golden-disk': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported"},
 		{"a path", "local-lvm:0", "local:images/x.qcow2", seedClaims, nil, "", 0,
@@ -554,6 +581,8 @@ func TestReattach(t *testing.T) {
 		err    string
 	}{
 		{"detached template disk: the claim's size", vm100(t), claims100, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", false, ""},
+		{"template: its size", buildOK(t, map[string]string{"scsi0": "local-lvm:8"}), nil, "local-lvm:vm-100-disk-0", "vm-100-disk-0", false, "local-lvm:vm-100-disk-0,size=8G", true, ""},
+		{"a detached DataVolume: the claim's size", vm100(t), seedClaims, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", true, ""},
 		{"PVC: the claim's size", seedWin11(), seedClaims, "ceph-rbd:vm-101-disk-0", "vm-101-disk-0", false, "ceph-rbd:vm-101-disk-0,size=64G", false, ""},
 		{"PVC, size unknown", seedWin11(), nil, "pvc:vm-101-disk-0,size=9G", "vm-101-disk-0", false, "pvc:vm-101-disk-0,size=9G", false, ""},
 		{"twice", vm100(t), nil, "local-lvm:vm-100-disk-0", "vm-100-disk-0", true, "", false,
@@ -680,14 +709,12 @@ func TestKeptTemplates(t *testing.T) {
 		templates[n] = blankTemplate(n, "local-lvm", GiB)
 	}
 	vols := []kubevirtv1.Volume{
-		{Name: "a", VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "vm-1-disk-2"}}},
-		{Name: "b", VolumeSource: kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
-			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "vm-1-disk-0", ReadOnly: true}}}},
-		{Name: "c", VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "vm-1-disk-1"}}},
+		*claimVolume("scsi0", "vm-1-disk-2", true),
+		*claimVolume("scsi1", "vm-1-disk-0", false), // a PVC volume references its template too
+		{Name: "ide2", VolumeSource: kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{Image: "x"}}},
 	}
-	// disk-1 is destroyed; disk-3 is detached (no volume uses it), and
-	// KubeVirt's webhook refuses a template no volume references.
-	got := keptTemplates(templates, map[string]bool{"vm-1-disk-1": true}, vols)
+	// vm-1-disk-1 is detached (or destroyed): no volume, no template.
+	got := keptTemplates(templates, nil, vols)
 	if len(got) != 2 || got[0].Name != "vm-1-disk-0" || got[1].Name != "vm-1-disk-2" {
 		t.Fatalf("kept %v", got)
 	}

@@ -277,7 +277,8 @@ func applyConfigChange(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[str
 	d := &vm.Spec.Template.Spec.Domain
 	applyCPU(d, cfg, errs)
 	applyMemory(d, cfg, errs)
-	applyMachine(d, cfg)
+	_, setMachine := req.Config["machine"]
+	applyMachine(d, cfg, setMachine, errs)
 	applyFirmware(d, req.VMID, cfg, errs)
 	applyTPM(d, req.VMID, cfg, errs)
 	applyName(vm, cfg, errs)

@@ -40,23 +40,30 @@ func TestUpdateVM(t *testing.T) {
 	}
 
 	// Detaching a disk keeps its data as unused0, like PVE; its template
-	// goes, as KubeVirt refuses one no volume uses, and its DataVolume
-	// stays.
+	// leaves the spec (KubeVirt refuses one no volume uses), its
+	// DataVolume stays.
 	up2, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK}, []string{"scsi1"})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	cfg = StoredConfig(up2)
-	if cfg["unused0"] != "local-lvm:vm-100-disk-1" || len(up2.Spec.DataVolumeTemplates) != 1 || len(up2.Spec.Template.Spec.Volumes) != 1 {
-		t.Fatalf("after detach: %v volumes %v", cfg, up2.Spec.Template.Spec.Volumes)
+	if cfg["unused0"] != "local-lvm:vm-100-disk-1" || len(up2.Spec.DataVolumeTemplates) != 1 || up2.Spec.DataVolumeTemplates[0].Name != "vm-100-disk-0" ||
+		len(up2.Spec.Template.Spec.Volumes) != 1 {
+		t.Fatalf("after detach: %v templates %v volumes %v", cfg, up2.Spec.DataVolumeTemplates, up2.Spec.Template.Spec.Volumes)
 	}
-	// Reattach it under another key.
-	up3, errs := UpdateVM(up2, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Claim: claims100, Config: map[string]string{"virtio0": "local-lvm:vm-100-disk-1"}}, []string{"unused0"})
+	// Reattach it under another key: the claim, a DataVolume's, is found
+	// through its unused0 and attached as a dataVolume volume again.
+	claims := claimsOf(map[string]ClaimInfo{"vm-100-disk-1": {StorageClass: "local-lvm", Bytes: 2 * GiB, DataVolume: true}})
+	up3, errs := UpdateVM(up2, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Claim: claims,
+		Config: map[string]string{"virtio0": "local-lvm:vm-100-disk-1"}}, []string{"unused0"})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	if c := StoredConfig(up3); c["virtio0"] != "local-lvm:vm-100-disk-1,size=2G" || c["unused0"] != "" {
 		t.Fatalf("reattach: %v", c)
+	}
+	if v := up3.Spec.Template.Spec.Volumes; len(v) != 2 || v[1].DataVolume == nil || v[1].DataVolume.Name != "vm-100-disk-1" || len(up3.Spec.DataVolumeTemplates) != 1 {
+		t.Fatalf("reattach: volumes %+v templates %v", v, up3.Spec.DataVolumeTemplates)
 	}
 
 	for _, c := range []struct {

@@ -187,6 +187,9 @@ func (h *APIHandler) stopAfterStart(q *request, g kube.Guest, t guestTask, grace
 
 // kubeTaskError turns a Kubernetes error into a task exit status line.
 func kubeTaskError(err error) error {
+	if d, ok := kube.AsAdmission(err); ok {
+		return errors.New(admissionMessage(d))
+	}
 	if msg, ok := kube.StatusMessage(err); ok {
 		return errors.New(msg)
 	}
@@ -203,9 +206,14 @@ func kubeDenied(err error) *apiError {
 // kubeError answers a failed synchronous Kubernetes call.
 func kubeError(err error) *apiError {
 	var taken *kube.VMIDTakenError
+	denial, refused := kube.AsAdmission(err)
 	switch {
 	case errors.As(err, &taken):
 		return newError(http.StatusInternalServerError, "%v", taken)
+	case refused:
+		// A refusal of what was asked, not a fault: PVE dies with the
+		// reason (500), which clients show.
+		return newError(http.StatusInternalServerError, "%s", admissionMessage(denial))
 	case kube.IsDenied(err):
 		return kubeDenied(err)
 	case kube.IsConflict(err), kube.IsAlreadyExists(err):
@@ -214,6 +222,37 @@ func kubeError(err error) *apiError {
 		return newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
 	}
 	return newError(http.StatusInternalServerError, "%v", err)
+}
+
+// admissionMessage words an admission webhook's refusal as PVE words its
+// own: the reason, then who refused.
+func admissionMessage(d *kube.AdmissionError) string {
+	if d.Reason == "" {
+		return fmt.Sprintf("refused by KubeVirt (admission webhook %s)", d.Webhook)
+	}
+	return fmt.Sprintf("%s (refused by KubeVirt's admission webhook %s)", d.Reason, d.Webhook)
+}
+
+// snapshotLocked is qemu-server's check_lock for the locks a snapshot or
+// a rollback holds (kube.Cluster.SnapshotLock): a call that would change
+// the VM meanwhile is refused as PVE refuses it, where KubeVirt's VM
+// webhook would refuse the write ("Cannot update vm running state until
+// snapshot … completes"). skiplock=1, root's way past a lock on PVE, hands
+// the call to KubeVirt, whose answer then stands.
+func snapshotLocked(q *request, g kube.Guest) *apiError {
+	skip, e := q.p.boolean("skiplock", false)
+	switch {
+	case e != nil:
+		return e
+	case skip && q.id.ID() != "root@pam":
+		return paramErr("skiplock", "Only root may use this option.")
+	case skip:
+		return nil
+	}
+	if l := q.c.SnapshotLock(g); l != "" {
+		return newError(http.StatusInternalServerError, "VM is locked (%s)", l)
+	}
+	return nil
 }
 
 func notRunning(g kube.Guest) *apiError {
@@ -226,6 +265,9 @@ func notRunning(g kube.Guest) *apiError {
 func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 	g, e := h.guest(q)
 	if e != nil {
+		return nil, e
+	}
+	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
 	action := q.r.PathValue("action")

@@ -94,6 +94,9 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	if e != nil {
 		return g, e
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return g, e
+	}
 	cfg, deletes, e := configParams(q.p)
 	if e != nil {
 		return g, e
@@ -173,17 +176,21 @@ func mayDestroy(q *request, g kube.Guest, names []string) *apiError {
 		return nil
 	}
 	ns := g.Namespace()
-	templated := false
+	dataVolume := false // a claim goes with its DataVolume
+	claims := claimLookup(q, ns)
 	for _, n := range names {
 		if users := q.c.ClaimUsers(ns, n, g.VM.UID); len(users) > 0 {
 			return newError(http.StatusInternalServerError, "volume '%s' is also used by VirtualMachine %s/%s; not deleting it", n, ns, users[0].Name)
 		}
 		for _, t := range g.VM.Spec.DataVolumeTemplates {
-			templated = templated || t.Name == n
+			dataVolume = dataVolume || t.Name == n
 		}
+		// A detached disk's DataVolume has no template left.
+		ci, _ := claims(n)
+		dataVolume = dataVolume || ci.DataVolume
 	}
 	needs := []kube.Access{{Namespace: ns, Resource: "persistentvolumeclaims", Verb: "delete"}}
-	if templated {
+	if dataVolume {
 		needs = append(needs, kube.Access{Namespace: ns, Group: "cdi.kubevirt.io", Resource: "datavolumes", Verb: "delete"})
 	}
 	for _, a := range needs {
@@ -398,6 +405,9 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return nil, e
+	}
 	disk, ok, e := q.p.str("disk")
 	if e != nil {
 		return nil, e
@@ -454,6 +464,9 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 	g, e := h.guest(q)
 	if e != nil {
+		return nil, e
+	}
+	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
 	if g.State().Running() {

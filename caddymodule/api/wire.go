@@ -95,17 +95,31 @@ type guestFacts struct {
 // factsOf computes a VM row's values; c supplies usage metrics (nil: none).
 func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
 	u, ok := usageOfGuest(c, g)
-	return factsWith(g, u, ok, now)
+	return factsWith(g, u, ok, snapshotLock(c, g), now)
 }
 
-// factsWith is factsOf with the usage reading given (ok: there is one).
-func factsWith(g kube.Guest, u kube.Usage, ok bool, now time.Time) guestFacts {
+// snapshotLock is the snapshot or rollback lock c holds on g ("" for none,
+// or without a cluster).
+func snapshotLock(c *kube.Cluster, g kube.Guest) string {
+	if c == nil {
+		return ""
+	}
+	return c.SnapshotLock(g)
+}
+
+// factsWith is factsOf with the usage reading (ok: there is one) and the
+// snapshot lock given.
+func factsWith(g kube.Guest, u kube.Usage, ok bool, lock string, now time.Time) guestFacts {
 	cfg := translate.StoredConfig(g.VM)
 	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(translate.AgentConfig(g.VM))}
 	// A lock recorded at create or clone holds while the volumes are
 	// provisioned, then lifts by itself.
 	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM) {
 		f.state.Lock = l
+	}
+	// A snapshot or rollback locks the VM from the moment it is asked for.
+	if f.state.Lock == "" {
+		f.state.Lock = lock
 	}
 	sockets, cores := translate.CPUTopology(g.VM)
 	f.cpus = sockets * cores

@@ -48,6 +48,9 @@ type rowInputs struct {
 	vmRV, vmiRV   string
 	usage         kube.Usage
 	hasUsage      bool
+	// lock is the snapshot or rollback lock held from the call on,
+	// before KubeVirt marks the VM.
+	lock string
 }
 
 // guestRow is one VM's rows, encoded once each on first use.
@@ -83,6 +86,7 @@ func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
 		in.vmiUID, in.vmiRV = g.VMI.UID, g.VMI.ResourceVersion
 	}
 	in.usage, in.hasUsage = usageOfGuest(c, g)
+	in.lock = snapshotLock(c, g)
 	return in
 }
 
@@ -103,7 +107,7 @@ func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 
 func buildRow(g kube.Guest, in rowInputs) *guestRow {
 	row := &guestRow{in: in, g: g, ns: g.Namespace(), acl: "/vms/" + strconv.Itoa(g.VMID)}
-	row.f = factsWith(g, in.usage, in.hasUsage, time.Time{})
+	row.f = factsWith(g, in.usage, in.hasUsage, in.lock, time.Time{})
 	if row.f.state.Running() {
 		row.since, _ = translate.RunningSince(g.VMI)
 	}
