@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -330,6 +332,14 @@ func TestLockedWhileSnapshotting(t *testing.T) {
 		}
 		if st := a.Status(node, id); st["lock"] != lock {
 			t.Errorf("status/current lock %v, want %s", st["lock"], lock)
+		}
+		// The listing shows it too, although no VM or instance changed.
+		var rows []map[string]any
+		a.OK("GET", "/cluster/resources", url.Values{"type": {"vm"}}, &rows)
+		for _, r := range rows {
+			if fmt.Sprint(r["vmid"]) == id && r["lock"] != lock {
+				t.Errorf("/cluster/resources lock %v, want %s", r["lock"], lock)
+			}
 		}
 	}
 	unlocked := func(what string) {

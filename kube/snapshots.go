@@ -68,6 +68,13 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		}
 		return nil, nil
 	}
+	// A snapshot or restore locks its VM (SnapshotLock), which the VM's
+	// rows show: a change is one to what Guests shows.
+	touch := c.Tasks.touchBy(keys(byVM))
+	changed := func(old, new any) {
+		c.guestGen.Add(1)
+		touch(old, new)
+	}
 	snaps := c.own.kv.SnapshotV1beta1()
 	c.snapshots = newStore(ctx, c.own.kube, c.opts.Namespaces, &snapshotv1.VirtualMachineSnapshot{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
@@ -76,7 +83,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return snaps.VirtualMachineSnapshots(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, c.Tasks.touchBy(keys(byVM)))
+	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, changed)
 	c.restores = newStore(ctx, c.own.kube, c.opts.Namespaces, &snapshotv1.VirtualMachineRestore{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return snaps.VirtualMachineRestores(ns).List(ctx, o)
@@ -84,7 +91,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return snaps.VirtualMachineRestores(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, c.Tasks.touchBy(keys(byVM)))
+	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, changed)
 	return []*store{c.snapshots, c.restores}
 }
 
