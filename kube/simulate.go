@@ -50,7 +50,9 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 		// A guest with agent=1 answers virt-handler's first poll once it
 		// has booted.
 		AgentDelay: 2 * time.Second,
-		Logger:     opts.Logger.Named("simulator"),
+		// ceph-rbd can snapshot, local-lvm cannot.
+		Dynamic: kubevirtsim.NewFakeDynamic(kubevirtsim.SeedSnapshotClasses()...),
+		Logger:  opts.Logger.Named("simulator"),
 	})
 	go func() { _ = ctrl.Run(simCtx) }()
 	go forgetActions(simCtx, kc, kv, cdi)

@@ -8,8 +8,12 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -313,4 +317,30 @@ func preferNode(node string) *corev1.Affinity {
 			}}},
 		}},
 	}}
+}
+
+// SeedSnapshotClasses are the VolumeSnapshotClasses of the simulated
+// lab: ceph's (RBD snapshots), the default for its driver. local-lvm has
+// none: topolvm's thick volumes cannot snapshot, so KubeVirt takes
+// snapshots of its disks without their data, and the Proxmox API refuses
+// them ("snapshot feature is not available"). Each call returns fresh
+// objects.
+func SeedSnapshotClasses() []*unstructured.Unstructured {
+	return []*unstructured.Unstructured{{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+		"metadata": map[string]any{"name": "ceph-rbd",
+			"annotations": map[string]any{"snapshot.storage.kubernetes.io/is-default-class": "true"}},
+		"driver": "rbd.csi.ceph.com", "deletionPolicy": "Delete",
+	}}}
+}
+
+// NewFakeDynamic returns an in-memory dynamic client holding the
+// VolumeSnapshotClasses given, for Options.Dynamic over NewFakeClients.
+func NewFakeDynamic(classes ...*unstructured.Unstructured) dynamic.Interface {
+	objs := make([]runtime.Object, 0, len(classes))
+	for _, c := range classes {
+		objs = append(objs, c.DeepCopy())
+	}
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{volumeSnapshotClassGVR: "VolumeSnapshotClassList"}, objs...)
 }

@@ -305,11 +305,13 @@ func cases() []bcase {
 		}},
 		{"snapshot-local", []step{
 			create("7080", "name", "b-snap-local", "memory", "512", "cores", "1", "scsi0", "local-lvm:2"),
-			snapshot("7080", "s1"),
+			config("config", "7080"),
+			// local-lvm has no VolumeSnapshotClass: KubeVirt would take
+			// the snapshot without the disk's data and its rollback would
+			// leave the disk as it is. Refused as PVE refuses storage that
+			// cannot snapshot (issue 13 item 1).
+			failing(snapshot("7080", "s1")),
 			snapshots("snapshots", "7080"),
-			setConfig("change", "7080", "cores", "3"),
-			rollback("7080", "s1"),
-			config("config rolled back", "7080"),
 			destroy("7080"),
 		}},
 		{"snapshot-running", []step{
