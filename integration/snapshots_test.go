@@ -58,7 +58,7 @@ func TestSnapshotWithoutSnapshotClass(t *testing.T) {
 	group := "kubevirt.io"
 	snap := &snapshotv1.VirtualMachineSnapshot{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-" + id, Namespace: vm.Namespace},
-		Spec: snapshotv1.VirtualMachineSnapshotSpec{Source: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: vm.Name}},
+		Spec:       snapshotv1.VirtualMachineSnapshotSpec{Source: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: vm.Name}},
 	}
 	if _, err := env.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(vm.Namespace).Create(ctx, snap, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
