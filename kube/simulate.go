@@ -24,7 +24,7 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	objs := kubevirtsim.Seed()
+	objs := append(kubevirtsim.Seed(), kubevirtsim.SeedCDIConfig(), kubevirtsim.SeedKubeVirt())
 	if extraVMs > 0 {
 		var nodes []string
 		for _, o := range objs {

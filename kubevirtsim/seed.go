@@ -2,6 +2,7 @@ package kubevirtsim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	virtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 // Seed returns a small lab for simulate mode: three Ready nodes, the
@@ -343,4 +345,30 @@ func NewFakeDynamic(classes ...*unstructured.Unstructured) dynamic.Interface {
 	}
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{volumeSnapshotClassGVR: "VolumeSnapshotClassList"}, objs...)
+}
+
+// SeedCDIConfig is the simulated lab's CDIConfig as CDI's config
+// controller leaves it: the default 6% filesystem overhead, by which CDI
+// inflates the claims of Filesystem-mode spec.storage DataVolumes.
+func SeedCDIConfig() *cdiv1.CDIConfig {
+	return &cdiv1.CDIConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: cdiConfigName},
+		Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{
+			Global:       "0.06",
+			StorageClass: map[string]cdiv1.Percent{"local-lvm": "0.06", "ceph-rbd": "0.06"},
+		}},
+	}
+}
+
+// SeedKubeVirt is the simulated lab's KubeVirt CR: deployed, with the
+// Snapshot feature gate on (the lab shows snapshots) and ExpandDisks off,
+// as KubeVirt v1.8 leaves it.
+func SeedKubeVirt() *virtv1.KubeVirt {
+	return &virtv1.KubeVirt{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: "kubevirt"},
+		Spec: virtv1.KubeVirtSpec{Configuration: virtv1.KubeVirtConfiguration{
+			DeveloperConfiguration: &virtv1.DeveloperConfiguration{FeatureGates: slices.Clone(labGates)},
+		}},
+		Status: virtv1.KubeVirtStatus{Phase: virtv1.KubeVirtPhaseDeployed},
+	}
 }
