@@ -695,8 +695,11 @@ func (d *dataVolumes) claimSpec(ctx context.Context, dv *cdiv1.DataVolume, src *
 		spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	}
 	if spec.VolumeMode == nil || *spec.VolumeMode == cdiv1.PersistentVolumeFromStorageProfile {
-		fs := corev1.PersistentVolumeFilesystem
-		spec.VolumeMode = &fs
+		mode := corev1.PersistentVolumeFilesystem
+		if dv.Spec.Storage != nil && blockFirst[d.provisioner(ctx, spec.StorageClassName)] {
+			mode = corev1.PersistentVolumeBlock
+		}
+		spec.VolumeMode = &mode
 	}
 	if dv.Spec.Storage != nil && *spec.VolumeMode == corev1.PersistentVolumeFilesystem {
 		// CDI sizes a spec.storage claim for the disk image plus the
@@ -707,6 +710,11 @@ func (d *dataVolumes) claimSpec(ctx context.Context, dv *cdiv1.DataVolume, src *
 	spec.VolumeName = "pvc-" + uuid.NewString()
 	return spec, nil
 }
+
+// blockFirst are the provisioners whose StorageProfile CDI fills with
+// Block as the first volume mode (pkg/storagecapabilities: TopoLVM's and
+// Ceph RBD's), which a spec.storage DataVolume without a volumeMode gets.
+var blockFirst = map[string]bool{"topolvm.io": true, "rbd.csi.ceph.com": true, "rook-ceph.rbd.csi.ceph.com": true}
 
 // cdiConfigName is the name of CDI's one CDIConfig.
 const cdiConfigName = "config"

@@ -65,7 +65,7 @@ func TestDataVolumeTemplatesProvisionBeforeStart(t *testing.T) {
 	size := resource.MustParse("10Gi")
 	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "local-lvm" ||
 		pvc.Spec.Resources.Requests.Storage().Cmp(size) != 0 || pvc.Status.Capacity.Storage().Cmp(size) != 0 ||
-		*pvc.Spec.VolumeMode != corev1.PersistentVolumeFilesystem || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce ||
+		*pvc.Spec.VolumeMode != corev1.PersistentVolumeBlock || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce ||
 		pvc.Annotations[annProvisioner] != "topolvm.io" || pvc.Spec.VolumeName == "" {
 		t.Errorf("PVC = %+v", pvc)
 	}
@@ -400,5 +400,26 @@ func TestDisableSnapshots(t *testing.T) {
 				t.Errorf("%s %s with snapshots disabled", a.GetVerb(), a.GetResource().Resource)
 			}
 		}
+	}
+}
+
+// TestFilesystemClaimsHaveCDIOverhead: with CDIConfig's filesystem
+// overhead, a Filesystem-mode spec.storage DataVolume gets a claim for
+// the disk image plus the overhead, aligned as CDI's GetRequiredSpace
+// does; a Block one (TopoLVM's StorageProfile mode) gets the disk itself.
+func TestFilesystemClaimsHaveCDIOverhead(t *testing.T) {
+	e := newCDIEnv(t, SeedCDIConfig()).run(Options{})
+	fs := blankDVT("web-fs", "4Gi", ptr("local-lvm"))
+	fs.Spec.Storage.VolumeMode = ptr(corev1.PersistentVolumeFilesystem)
+	vm := withDataVolume(testVM("web", virtv1.RunStrategyHalted), "fs", fs)
+	e.createVM(withDataVolume(vm, "block", blankDVT("web-block", "4Gi", ptr("local-lvm"))))
+	e.waitDVPhase("web-fs", cdiv1.Succeeded)
+	e.waitDVPhase("web-block", cdiv1.Succeeded)
+	if got := e.getPVC("web-fs").Spec.Resources.Requests.Storage().Value(); got != 4552665334 {
+		t.Errorf("Filesystem claim requests %d, want 4 GiB plus 6%%", got)
+	}
+	b := e.getPVC("web-block")
+	if got := b.Spec.Resources.Requests.Storage().Value(); got != 4<<30 || *b.Spec.VolumeMode != corev1.PersistentVolumeBlock {
+		t.Errorf("Block claim requests %d (%s), want 4 GiB", got, *b.Spec.VolumeMode)
 	}
 }
