@@ -187,7 +187,7 @@ func TestClaimRequest(t *testing.T) {
 		{4 << 30, 0.06, true, 4552665334},
 		{4 << 30, 0, true, 4 << 30},
 		{(4 << 30) + 1, 0, true, (4 << 30) + (1 << 20)}, // aligned to 1 MiB first
-		{32 << 30, 0.06, false, 32 << 30},              // Block: no overhead
+		{32 << 30, 0.06, false, 32 << 30},               // Block: no overhead
 		{5 << 30, 0.1, true, 5905580032},
 	} {
 		if got := ClaimRequest(c.disk, c.overhead, c.fs); got != c.want {
