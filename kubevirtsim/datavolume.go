@@ -658,12 +658,14 @@ func (d *dataVolumes) claimSpec(ctx context.Context, dv *cdiv1.DataVolume, src *
 			spec.StorageClassName = &sc
 		}
 	}
-	if len(spec.AccessModes) == 0 {
-		spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
-	}
-	if spec.VolumeMode == nil || *spec.VolumeMode == cdiv1.PersistentVolumeFromStorageProfile {
-		fs := corev1.PersistentVolumeFilesystem
-		spec.VolumeMode = &fs
+	if len(spec.AccessModes) == 0 || spec.VolumeMode == nil || *spec.VolumeMode == cdiv1.PersistentVolumeFromStorageProfile {
+		access, mode := claimProperties(d.provisioner(ctx, spec.StorageClassName), spec.VolumeMode)
+		if len(spec.AccessModes) == 0 {
+			spec.AccessModes = []corev1.PersistentVolumeAccessMode{access}
+		}
+		if spec.VolumeMode == nil || *spec.VolumeMode == cdiv1.PersistentVolumeFromStorageProfile {
+			spec.VolumeMode = &mode
+		}
 	}
 	spec.VolumeName = "pvc-" + uuid.NewString()
 	return spec, nil
@@ -942,4 +944,41 @@ func storageFromClaim(spec *corev1.PersistentVolumeClaimSpec) *cdiv1.StorageSpec
 		s.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: q.DeepCopy()}
 	}
 	return s
+}
+
+// cdiFilesystemOverhead is CDI's default global filesystem overhead
+// (pkg/common DefaultGlobalOverhead), the share of a Filesystem-mode
+// claim its disk image may not use.
+const cdiFilesystemOverhead = "0.06"
+
+// storageCapabilities are the claim property sets CDI's StorageProfiles
+// get for the provisioners of the simulated cluster's storage classes and
+// a few common ones (pkg/storagecapabilities, first set first).
+var storageCapabilities = map[string][]struct {
+	access corev1.PersistentVolumeAccessMode
+	mode   corev1.PersistentVolumeMode
+}{
+	"rbd.csi.ceph.com":           {{corev1.ReadWriteMany, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem}},
+	"rook-ceph.rbd.csi.ceph.com": {{corev1.ReadWriteMany, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem}},
+	"topolvm.io":                 {{corev1.ReadWriteOnce, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem}},
+	"topolvm.cybozu.com":         {{corev1.ReadWriteOnce, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem}},
+	"nfs.csi.k8s.io":             {{corev1.ReadWriteMany, corev1.PersistentVolumeFilesystem}},
+}
+
+// claimProperties is what CDI renders for a DataVolume's storage without
+// access or volume mode (renderPvcSpecVolumeModeAndAccessModesAndStorageClass):
+// the StorageProfile's first property set, or the first with the volume
+// mode asked for. Provisioners CDI does not know leave the DataVolume
+// Pending there (ErrClaimNotValid); the simulation gives them
+// ReadWriteOnce and Filesystem instead.
+func claimProperties(provisioner string, want *corev1.PersistentVolumeMode) (corev1.PersistentVolumeAccessMode, corev1.PersistentVolumeMode) {
+	for _, p := range storageCapabilities[provisioner] {
+		if want == nil || *want == cdiv1.PersistentVolumeFromStorageProfile || *want == p.mode {
+			return p.access, p.mode
+		}
+	}
+	if want != nil && *want != cdiv1.PersistentVolumeFromStorageProfile {
+		return corev1.ReadWriteOnce, *want
+	}
+	return corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem
 }

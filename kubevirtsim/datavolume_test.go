@@ -65,7 +65,8 @@ func TestDataVolumeTemplatesProvisionBeforeStart(t *testing.T) {
 	size := resource.MustParse("10Gi")
 	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "local-lvm" ||
 		pvc.Spec.Resources.Requests.Storage().Cmp(size) != 0 || pvc.Status.Capacity.Storage().Cmp(size) != 0 ||
-		*pvc.Spec.VolumeMode != corev1.PersistentVolumeFilesystem || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce ||
+		// CDI's StorageProfile for topolvm: ReadWriteOnce, Block first.
+		*pvc.Spec.VolumeMode != corev1.PersistentVolumeBlock || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce ||
 		pvc.Annotations[annProvisioner] != "topolvm.io" || pvc.Spec.VolumeName == "" {
 		t.Errorf("PVC = %+v", pvc)
 	}

@@ -264,20 +264,9 @@ func (c *Controller) startDomain(vmi *virtv1.VirtualMachineInstance, agent bool,
 		}
 	}
 	vmi.Status.VolumeStatus = volumeStatus(spec)
-	vmi.Status.MigrationMethod = virtv1.LiveMigration
-	if blockMigration(spec) {
-		vmi.Status.MigrationMethod = virtv1.BlockMigration
-	}
+	c.claimInfo(vmi)
 	setVMICondition(vmi, readyCondition(corev1.ConditionTrue, "", "", now))
-	if reason, msg := notMigratable(spec); reason != "" {
-		setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsMigratable,
-			Status: corev1.ConditionFalse, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now)})
-	} else {
-		setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsMigratable,
-			Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now)})
-	}
-	setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsStorageLiveMigratable,
-		Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now)})
+	migrationConditions(vmi)
 	if spec.StartStrategy != nil && *spec.StartStrategy == virtv1.StartStrategyPaused {
 		setPaused(vmi, true, now)
 	}
@@ -502,15 +491,36 @@ func volumeStatus(spec *virtv1.VirtualMachineInstanceSpec) []virtv1.VolumeStatus
 	return out
 }
 
-// blockMigration reports whether the guest has node-local disks whose
-// content would have to be copied on migration.
-func blockMigration(spec *virtv1.VirtualMachineInstanceSpec) bool {
-	for _, v := range spec.Volumes {
-		if v.ContainerDisk != nil || v.EmptyDisk != nil || v.HostDisk != nil || v.Ephemeral != nil {
-			return true
+// claimInfo is virt-controller's processPVCInfo for the volume status
+// entries of claims: what the claim asks for (access and volume modes,
+// requests) and has, and CDI's filesystem overhead, which virt-handler
+// reads to tell whether the guest can live-migrate (ReadWriteMany) and
+// how large its disk image may grow. A claim not in the cache gets no
+// information, as in KubeVirt.
+func (c *Controller) claimInfo(vmi *virtv1.VirtualMachineInstance) {
+	for i := range vmi.Status.VolumeStatus {
+		info := vmi.Status.VolumeStatus[i].PersistentVolumeClaimInfo
+		if info == nil {
+			continue
+		}
+		pvc := getCached[*corev1.PersistentVolumeClaim](c.ext.pvcInformer, vmi.Namespace, info.ClaimName)
+		if pvc == nil {
+			vmi.Status.VolumeStatus[i].PersistentVolumeClaimInfo = nil
+			continue
+		}
+		overhead := virtv1.Percent(cdiFilesystemOverhead)
+		if pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+			overhead = "0"
+		}
+		vmi.Status.VolumeStatus[i].PersistentVolumeClaimInfo = &virtv1.PersistentVolumeClaimInfo{
+			ClaimName:          pvc.Name,
+			AccessModes:        pvc.Spec.AccessModes,
+			VolumeMode:         pvc.Spec.VolumeMode,
+			Capacity:           pvc.Status.Capacity,
+			Requests:           pvc.Spec.Resources.Requests,
+			FilesystemOverhead: &overhead,
 		}
 	}
-	return false
 }
 
 // notMigratable mirrors the interface check of KubeVirt's LiveMigratable

@@ -169,6 +169,50 @@ func migrate(vmid string, node int, kv ...string) step {
 	}}
 }
 
+// migrateRefused live-migrates vmid to a node its instance does not run
+// on, observing also what the task says about volumes it cannot migrate.
+// The scheduler places the instance (on the real cluster among equal
+// nodes at random): a migration to the node it runs on only moves the
+// VM's PVE node there, and the next node is tried.
+func migrateRefused(vmid string, kv ...string) step {
+	return failing(step{name: "migrate online", do: func(r *runner) any {
+		for _, n := range nodeNames {
+			if n == r.node(vmid) {
+				continue
+			}
+			o := r.taskLogged("POST", r.vm(vmid, "migrate"), form(append([]string{"target", n}, kv...)...), "can't migrate", "already runs on node")
+			log, _ := o["log"].([]string)
+			if len(log) == 1 && strings.Contains(log[0], "already runs on node") {
+				continue
+			}
+			// PVE's words, before KubeVirt is asked (not its admission's
+			// 500, nor a migration that fails later).
+			if len(log) == 0 || !strings.HasPrefix(log[0], "can't migrate local disk '") {
+				r.errs = append(r.errs, fmt.Sprintf("migrate %s: the task does not name the disk it cannot migrate: %s", vmid, brief(o)))
+			}
+			return o
+		}
+		return "no node to migrate to"
+	}})
+}
+
+// downloadISO downloads an ISO image to storage from a host the probe
+// cannot reach (the size is unknown); CDI's importer is a stand-in on
+// both clusters, which completes without fetching (the simulated one
+// fails only hosts under .invalid).
+func downloadISO(storage, file string) step {
+	return step{name: "download " + file, do: func(r *runner) any {
+		return r.task("POST", "/nodes/"+firstNode+"/storage/"+storage+"/download-url",
+			form("content", "iso", "filename", file, "url", "http://iso.example.com/"+file))
+	}}
+}
+
+func deleteISO(storage, file string) step {
+	return step{name: "delete " + file, do: func(r *runner) any {
+		return r.task("DELETE", "/nodes/"+firstNode+"/storage/"+storage+"/content/"+storage+":iso/"+file, nil)
+	}}
+}
+
 // named gives a step another name (step names are unique in a case).
 func named(name string, s step) step {
 	s.name = name
@@ -362,9 +406,23 @@ func cases() []bcase {
 			create("7110", "name", "b-mig-rwo", "memory", "512", "scsi0", "local-lvm:2", "net0", "virtio,bridge=vmbr0"),
 			power("start", "7110"),
 			status("running", "7110", "running"),
-			migrate("7110", 2, "online", "1", "with-local-disks", "1"),
-			nodeOf("node", "7110"),
+			// KubeVirt moves no claim's data: a ReadWriteOnce claim is
+			// refused, with-local-disks or not.
+			migrateRefused("7110", "online", "1", "with-local-disks", "1"),
+			status("running after", "7110", "running"),
 			destroy("7110"),
+		}},
+		{"migrate-online-iso", []step{
+			// The read-only CD-ROM's claim counts as well.
+			downloadISO("local-lvm", "bmig.iso"),
+			create("7115", "name", "b-mig-iso", "memory", "512", "scsi0", "ceph-rbd:2", "ide2", "local-lvm:iso/bmig.iso,media=cdrom",
+				"net0", "virtio,bridge=vmbr0"),
+			power("start", "7115"),
+			status("running", "7115", "running"),
+			migrateRefused("7115", "online", "1"),
+			status("running after", "7115", "running"),
+			destroy("7115"),
+			deleteISO("local-lvm", "bmig.iso"),
 		}},
 	}
 }
