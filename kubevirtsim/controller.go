@@ -64,6 +64,11 @@ type Options struct {
 	// -Clone controllers, for API servers without the snapshot.kubevirt.io
 	// and clone.kubevirt.io CRDs (their informers would never sync).
 	DisableSnapshots bool
+	// NetworkAttachmentDefinition tells whether the Multus network
+	// namespace/name exists. Nil: none does (the simulated cluster serves
+	// no NetworkAttachmentDefinitions), so VMIs on Multus networks stay
+	// Pending as KubeVirt leaves them.
+	NetworkAttachmentDefinition func(namespace, name string) bool
 }
 
 // workers is the number of concurrent reconcilers. Keys are VM/VMI names, so

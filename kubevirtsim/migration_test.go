@@ -3,6 +3,7 @@ package kubevirtsim
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -239,5 +240,49 @@ func TestMigrationNeedsSharedClaims(t *testing.T) {
 	}
 	if m := e.waitMigration(e.createMigration("shared", nil).Name); m.Status.Phase != virtv1.MigrationSucceeded {
 		t.Fatalf("shared: migration %s %+v", m.Status.Phase, m.Status.MigrationState)
+	}
+}
+
+// A VMI whose launcher pod virt-controller cannot render stays Pending
+// with its reason in Synchronized=False: a claim that does not exist
+// (the VM ErrorPvcNotFound) or a Multus network without its
+// NetworkAttachmentDefinition; it starts once that is there.
+func TestPendingWhileLauncherCannotRender(t *testing.T) {
+	claim := withPVC(testVM("claim", virtv1.RunStrategyAlways), "data", "missing")
+	bridged := testVM("bridged", virtv1.RunStrategyAlways)
+	bridged.Spec.Template.Spec.Networks = append(bridged.Spec.Template.Spec.Networks,
+		virtv1.Network{Name: "net1", NetworkSource: virtv1.NetworkSource{Multus: &virtv1.MultusNetwork{NetworkName: "vmbr1"}}})
+	nads := map[string]bool{}
+	var mu sync.Mutex
+	e := newCDIEnv(t, claim, bridged).run(Options{NetworkAttachmentDefinition: func(ns, name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return nads[ns+"/"+name]
+	}})
+	for _, c := range []struct{ vm, reason, msg string }{
+		{"claim", "FailedPvcNotFound", "PVC " + testNS + "/missing does not exist, waiting for it to appear"},
+		{"bridged", "FailedCreate", "failed to render launch manifest: failed to locate network attachment definition " + testNS + "/vmbr1"},
+	} {
+		vmi := e.waitVMI(c.vm, "sync failure", func(v *virtv1.VirtualMachineInstance) bool {
+			return findVMICondition(v, virtv1.VirtualMachineInstanceSynchronized) != nil
+		})
+		cond := findVMICondition(vmi, virtv1.VirtualMachineInstanceSynchronized)
+		if vmi.Status.Phase != virtv1.Pending || cond.Status != corev1.ConditionFalse || cond.Reason != c.reason || cond.Message != c.msg {
+			t.Fatalf("%s: %s %+v", c.vm, vmi.Status.Phase, cond)
+		}
+	}
+	e.waitPrintable("claim", virtv1.VirtualMachineStatusPvcNotFound)
+	e.waitPrintable("bridged", virtv1.VirtualMachineStatusStarting)
+
+	mu.Lock()
+	nads[testNS+"/vmbr1"] = true
+	mu.Unlock()
+	if _, err := e.k8s.CoreV1().PersistentVolumeClaims(testNS).Create(e.ctx, testPVC("missing", "local-lvm", "1Gi"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range []string{"claim", "bridged"} {
+		if vmi := e.waitRunning(vm); findVMICondition(vmi, virtv1.VirtualMachineInstanceSynchronized) != nil {
+			t.Fatalf("%s still failing: %+v", vm, vmi.Status.Conditions)
+		}
 	}
 }

@@ -225,6 +225,21 @@ func withTimeout(d time.Duration, s step) step {
 	return s
 }
 
+// exitsWith is a failing task step whose task must end with an exit
+// status starting with prefix on both clusters (not time out, not fail
+// otherwise).
+func exitsWith(prefix string, s step) step {
+	do := s.do
+	s.do = func(r *runner) any {
+		o := do(r)
+		if m, _ := o.(map[string]any); m == nil || !strings.HasPrefix(fmt.Sprint(m["exit"]), prefix) {
+			r.errs = append(r.errs, fmt.Sprintf("%s: want a task ending %q..., got %s", s.name, prefix, brief(o)))
+		}
+		return o
+	}
+	return failing(s)
+}
+
 // failing marks a step that fails on the simulated cluster too (a
 // refusal the suite checks).
 func failing(s step) step {
@@ -386,6 +401,16 @@ func cases() []bcase {
 			config("clone config", "7096"),
 			destroy("7096"),
 			destroy("7095"),
+		}},
+		{"start-missing-bridge", []step{
+			// No NetworkAttachmentDefinition vmbr1: KubeVirt cannot render
+			// the launcher pod and retries forever; the start fails at once
+			// in PVE's words, with KubeVirt's reason.
+			create("7120", "name", "b-nobridge", "memory", "512", "scsi0", "local-lvm:2", "net0", "virtio,bridge=vmbr0",
+				"net1", "virtio,bridge=vmbr1"),
+			withTimeout(time.Minute, exitsWith("start failed: bridge 'vmbr1' does not exist (KubeVirt: ", power("start", "7120"))),
+			status("stopped", "7120", "stopped"),
+			destroy("7120"),
 		}},
 		{"migrate-offline", []step{
 			create("7100", "name", "b-mig-off", "memory", "512", "scsi0", "ceph-rbd:2"),
