@@ -601,11 +601,22 @@ func (d *dataVolumes) resolveSource(ctx context.Context, dv *cdiv1.DataVolume, n
 		return dvImport, nil, 0, nil
 	}
 	src := getCached[*corev1.PersistentVolumeClaim](d.c.ext.pvcInformer, ref.Namespace, ref.Name)
+	target := getCached[*corev1.PersistentVolumeClaim](d.c.ext.pvcInformer, dv.Namespace, dv.Name)
+	if src != nil && src.DeletionTimestamp == nil && target == nil {
+		if user := d.sourceUser(src); user != "" {
+			// CDI clones a claim only while no pod writes to it
+			// (IsSourceClaimReady, isSourceReadyToClone: event
+			// CloneSourceInUse, requeued every 5 seconds).
+			dv.Status.Phase = cdiv1.CloneScheduled
+			setDVCondition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", "", now)
+			return dvClone, nil, 5 * time.Second, nil
+		}
+	}
 	if src != nil && src.DeletionTimestamp == nil {
 		return dvClone, src, 0, nil
 	}
 	// No target PVC yet: wait for the source (PVC events requeue us).
-	if getCached[*corev1.PersistentVolumeClaim](d.c.ext.pvcInformer, dv.Namespace, dv.Name) == nil {
+	if target == nil {
 		dv.Status.Phase = cdiv1.CloneScheduled
 		msg := fmt.Sprintf("The source pvc %s/%s doesn't exist", ref.Namespace, ref.Name)
 		setDVCondition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, reasonCloneWithoutSource, msg, now)
@@ -615,6 +626,38 @@ func (d *dataVolumes) resolveSource(ctx context.Context, dv *cdiv1.DataVolume, n
 	}
 	// The clone already started; the source going away does not matter.
 	return dvClone, &corev1.PersistentVolumeClaim{}, 0, nil
+}
+
+// sourceUser names the VMI whose running (not final) guest uses claim
+// src read-write, or "".
+func (d *dataVolumes) sourceUser(src *corev1.PersistentVolumeClaim) string {
+	objs, _ := d.c.vmiInformer.GetIndexer().ByIndex(indexClaim, src.Namespace+"/"+src.Name)
+	for _, o := range objs {
+		vmi, ok := o.(*virtv1.VirtualMachineInstance)
+		if !ok || vmi.IsFinal() || readOnlyUse(vmi, src.Name) {
+			continue
+		}
+		return vmi.Name
+	}
+	return ""
+}
+
+// readOnlyUse tells whether vmi uses claim only through read-only disks
+// (CD-ROMs), which CDI does not count as a use (GetPodsUsingPVCs).
+func readOnlyUse(vmi *virtv1.VirtualMachineInstance, claim string) bool {
+	disks := map[string]virtv1.Disk{}
+	for _, d := range vmi.Spec.Domain.Devices.Disks {
+		disks[d.Name] = d
+	}
+	for _, v := range vmi.Spec.Volumes {
+		if claimOf(v) != claim {
+			continue
+		}
+		if d, ok := disks[v.Name]; !ok || d.CDRom == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // claimSpec derives the PVC spec CDI would create for the DataVolume.
