@@ -275,6 +275,16 @@ func cases() []bcase {
 			power("shutdown", "7001", "timeout", "60"),
 			named("start again 7001", power("start", "7001")),
 			status("running again", "7001", "running"),
+			// Without timeout PVE waits 60 seconds; KubeVirt's grace
+			// period is that wait, then a hard stop, and the log says so.
+			step{name: "shutdown default", do: func(r *runner) any {
+				o := r.taskLogged("POST", r.vm("7001", "status/shutdown"), nil, "waiting up to")
+				if log, _ := o["log"].([]string); len(log) != 1 || !strings.HasPrefix(log[0], "waiting up to 60 seconds") {
+					r.errs = append(r.errs, "shutdown without timeout: the task does not say how long it waits: "+brief(o))
+				}
+				return o
+			}},
+			status("stopped", "7001", "stopped"),
 			destroy("7001"),
 		}},
 		{"machine", []step{
