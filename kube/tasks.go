@@ -442,9 +442,18 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
 		}
 		switch vm.Status.PrintableStatus {
-		case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding, "":
 		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
+		}
+		if msg := reason(vm); strings.Contains(msg, "not authorized to create DataVolume") {
+			msg = msg[strings.Index(msg, "not authorized to create DataVolume"):]
+			// KubeVirt retries forever: the clone's DataVolumes are not made
+			// until someone grants the right.
+			return true, "volume provisioning failed: " + msg +
+				" (KubeVirt clones from another namespace as the VM's ServiceAccount, default: it needs create on datavolumes/source there)", nil
+		}
+		switch vm.Status.PrintableStatus {
+		case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding, "":
 		default:
 			// KubeVirt may report Stopped before it has looked at the
 			// volumes.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -231,6 +232,9 @@ func (d *dataVolumes) ready(ctx context.Context, vm *virtv1.VirtualMachine) (boo
 		dv := getCached[*cdiv1.DataVolume](d.c.ext.dvInformer, vm.Namespace, t.Name)
 		if dv == nil {
 			ready = false
+			if err := d.authorize(ctx, vm, t); err != nil {
+				return false, fmt.Errorf("Error encountered while creating DataVolumes: %w", err)
+			}
 			if err := d.createFromTemplate(ctx, vm, t); err != nil {
 				return false, err
 			}
@@ -246,6 +250,38 @@ func (d *dataVolumes) ready(ctx context.Context, vm *virtv1.VirtualMachine) (boo
 		}
 	}
 	return ready, nil
+}
+
+// authorize is KubeVirt's authorizeDataVolume (handleCloneDataVolume): a
+// DataVolume template cloning a claim of another namespace needs the VM's
+// ServiceAccount (default, unless a serviceAccount volume names one) to
+// be allowed to clone from there (CDI's CanServiceAccountClonePVC: create
+// on datavolumes/source, or on pods, in the source namespace), asked
+// with SubjectAccessReviews; a denial is the VM's Failure condition.
+func (d *dataVolumes) authorize(ctx context.Context, vm *virtv1.VirtualMachine, t *virtv1.DataVolumeTemplateSpec) error {
+	src := t.Spec.Source
+	if src == nil || src.PVC == nil || src.PVC.Namespace == "" || src.PVC.Namespace == vm.Namespace {
+		return nil
+	}
+	sa := "default"
+	if vm.Spec.Template != nil {
+		for _, v := range vm.Spec.Template.Spec.Volumes {
+			if v.ServiceAccount != nil {
+				sa = v.ServiceAccount.ServiceAccountName
+			}
+		}
+	}
+	createSar := func(sar *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
+		return d.c.k8s.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	}
+	allowed, reason, err := cdiv1.CanServiceAccountClonePVC(createSar, src.PVC.Namespace, src.PVC.Name, vm.Namespace, sa)
+	if err != nil {
+		return err
+	}
+	if !allowed {
+		return fmt.Errorf("not authorized to create DataVolume: %s", reason)
+	}
+	return nil
 }
 
 // printableStatus reports Provisioning while a DataVolume the VM uses is not

@@ -162,3 +162,18 @@ func TestCloneOfRunningVMRefused(t *testing.T) {
 		t.Fatalf("clone of the stopped VM: %s", exit)
 	}
 }
+
+// KubeVirt clones from another namespace as the target namespace's
+// default ServiceAccount; without its right to clone from the source
+// namespace the clone task fails at once with KubeVirt's reason.
+func TestCloneIntoAnotherPoolNeedsCloneAuthorization(t *testing.T) {
+	a := shared(t)
+	node := nodeNames(t, a)[0]
+	id := newMigrateVM(t, a, node, "clone-pool-src", "ceph-rbd")
+	var upid, newID string
+	a.OK("GET", "/cluster/nextid", nil, &newID)
+	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/clone", url.Values{"newid": {newID}, "full": {"1"}, "pool": {"lab"}}, &upid)
+	if exit := a.WaitTask(upid); !strings.HasPrefix(exit, "volume provisioning failed: not authorized to create DataVolume: User system:serviceaccount:lab:default has insufficient permissions in clone source namespace default") {
+		t.Fatalf("clone into pool lab: %s", exit)
+	}
+}

@@ -427,6 +427,16 @@ func cases() []bcase {
 			status("stopped", "7120", "stopped"),
 			destroy("7120"),
 		}},
+		{"clone-other-pool", []step{
+			create("7125", "name", "b-clone-pool-src", "memory", "512", "scsi0", "ceph-rbd:2"),
+			// KubeVirt clones from another namespace as the target
+			// namespace's default ServiceAccount, which nobody allowed to
+			// read this one: the task says so instead of waiting.
+			withTimeout(time.Minute, exitsWith("volume provisioning failed: not authorized to create DataVolume: User system:serviceaccount:lab:default has insufficient permissions in clone source namespace default",
+				clone("7125", "7126", "name", "b-clone-pool", "full", "1", "pool", "lab"))),
+			destroy("7126"),
+			destroy("7125"),
+		}},
 		{"migrate-offline", []step{
 			create("7100", "name", "b-mig-off", "memory", "512", "scsi0", "ceph-rbd:2"),
 			migrate("7100", 1),
