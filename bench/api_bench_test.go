@@ -1,7 +1,9 @@
 // Package bench measures the proxmox_api handler against Caddy's own
 // static_response (the `respond` directive) serving the very same bytes,
 // so that the ratio says what the translation costs, whatever the machine.
-// Run ./bench/run.sh for the table.
+// Both are loaded in alternating short rounds (internal/benchload), so
+// that the noise of a shared machine falls on both alike. Run
+// ./bench/run.sh for the table.
 package bench
 
 import (
@@ -9,25 +11,45 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
 	_ "github.com/caddy-proxmox/caddy-proxmox/caddymodule"
+	"github.com/caddy-proxmox/caddy-proxmox/internal/benchload"
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
+// Two callers: an Administrator (no filtering) and a PVEAuditor on /, who
+// sees the same rows but has every one checked against the grants.
 const (
-	tokenID = "root@pam!bench"
-	secret  = "5b1e0d3c-aaaa-4bbb-8ccc-0123456789ab"
+	adminToken   = "root@pam!bench"
+	auditorToken = "auditor@pve!bench"
+	secret       = "5b1e0d3c-aaaa-4bbb-8ccc-0123456789ab"
 )
 
 var sizes = []int{10, 1000, 10000}
+
+// endpoint is one API call measured next to respond serving its answer.
+type endpoint struct {
+	name, path, token string
+	// latency also measures one request alone, in µs.
+	latency bool
+}
+
+var endpoints = []endpoint{
+	{"status-current", "/api2/json/nodes/kv-node-1-lab-internal/qemu/100/status/current", adminToken, true},
+	{"cluster-resources", "/api2/json/cluster/resources?type=vm", adminToken, false},
+	{"cluster-resources-all", "/api2/json/cluster/resources", adminToken, false},
+	{"cluster-resources-auditor", "/api2/json/cluster/resources?type=vm", auditorToken, false},
+	{"nodes-qemu", "/api2/json/nodes/kv-node-1-lab-internal/qemu", adminToken, false},
+}
 
 // server is one Caddy run with n simulated VMs.
 type server struct {
@@ -45,7 +67,12 @@ func config(port int, n int, static map[string][]byte) []byte {
 	}
 	routes = append(routes, map[string]any{"handle": []any{map[string]any{
 		"handler": "proxmox_api", "simulate": true, "simulate_vms": n,
-		"tokens": []any{map[string]string{"id": tokenID, "secret": secret}}, "auth_failure_delay": 0,
+		"tokens": []any{
+			map[string]string{"id": adminToken, "secret": secret},
+			map[string]string{"id": auditorToken, "secret": secret},
+		},
+		"identities":         []any{map[string]any{"id": "auditor@pve", "roles": []any{map[string]string{"path": "/", "role": "PVEAuditor"}}}},
+		"auth_failure_delay": 0,
 	}}})
 	cfg := map[string]any{
 		"admin":   map[string]any{"disabled": true},
@@ -65,8 +92,8 @@ var (
 	port    int
 )
 
-// start runs Caddy with n VMs and the respond routes carrying the API's
-// own answers for the two endpoints measured.
+// start runs Caddy with n VMs and a respond route per endpoint carrying
+// the API's own answer.
 func start(b *testing.B, n int) *server {
 	mu.Lock()
 	defer mu.Unlock()
@@ -79,14 +106,14 @@ func start(b *testing.B, n int) *server {
 	if err := caddy.Load(config(port, n, nil), true); err != nil {
 		b.Fatal(err)
 	}
-	s := &server{base: "http://127.0.0.1:" + strconv.Itoa(port), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	s := &server{base: "http://127.0.0.1:" + strconv.Itoa(port), client: benchload.Client(8)}
 	waitVMs(b, s, n)
-	// The stand-in controller reconciles every seeded VM once (finalizers,
-	// firmware UUIDs, statuses); measure after it has gone quiet.
-	time.Sleep(2*time.Second + time.Duration(n)*time.Millisecond)
-	static := map[string][]byte{
-		"/respond/status":    s.get(b, "/api2/json/nodes/kv-node-1-lab-internal/qemu/100/status/current"),
-		"/respond/resources": s.get(b, "/api2/json/cluster/resources?type=vm"),
+	// The simulated controller looks at every VM once when it starts;
+	// measure after it has gone quiet.
+	waitQuiet(b)
+	static := map[string][]byte{}
+	for _, e := range endpoints {
+		static["/respond/"+e.name] = s.get(b, e.path, e.token)
 	}
 	if err := caddy.Load(config(port, n, static), true); err != nil {
 		b.Fatal(err)
@@ -95,15 +122,22 @@ func start(b *testing.B, n int) *server {
 	return s
 }
 
-func (s *server) get(b *testing.B, path string) []byte {
+func auth(token string) http.Header {
+	return http.Header{"Authorization": {"PVEAPIToken=" + token + "=" + secret}}
+}
+
+func (s *server) get(b *testing.B, path, token string) []byte {
 	req, _ := http.NewRequest("GET", s.base+path, nil)
-	req.Header.Set("Authorization", "PVEAPIToken="+tokenID+"="+secret)
+	req.Header = auth(token)
 	res, err := s.client.Do(req)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if res.StatusCode != 200 {
 		b.Fatalf("%s: %s %s", path, res.Status, body)
 	}
@@ -115,7 +149,7 @@ func waitVMs(b *testing.B, s *server, n int) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		var env struct{ Data []json.RawMessage }
-		if err := json.Unmarshal(s.get(b, "/api2/json/cluster/resources?type=vm"), &env); err == nil && len(env.Data) >= n+3 {
+		if err := json.Unmarshal(s.get(b, "/api2/json/cluster/resources?type=vm", adminToken), &env); err == nil && len(env.Data) >= n+3 {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -123,51 +157,70 @@ func waitVMs(b *testing.B, s *server, n int) {
 	b.Fatalf("simulated cluster did not list %d VMs", n)
 }
 
-func run(b *testing.B, s *server, path string, auth bool) {
-	b.ReportAllocs()
-	b.SetParallelism(4)
-	var bytes atomic.Int64 // written by the parallel clients
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		req, _ := http.NewRequest("GET", s.base+path, nil)
-		if auth {
-			req.Header.Set("Authorization", "PVEAPIToken="+tokenID+"="+secret)
+// waitQuiet waits until the process uses less than a tenth of a core.
+func waitQuiet(b *testing.B) {
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		used := cpu()
+		time.Sleep(time.Second)
+		if cpu()-used < 100*time.Millisecond {
+			return
 		}
-		for pb.Next() {
-			res, err := s.client.Do(req)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			n, _ := io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode != 200 {
-				b.Errorf("%s: %s", path, res.Status)
-				return
-			}
-			bytes.Store(n)
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
-	b.SetBytes(bytes.Load())
+	}
+	b.Log("the process never went quiet; measuring anyway")
 }
 
-// BenchmarkAPI: per VM count, the API endpoint and respond with its body.
+// cpu is the process's CPU time so far.
+func cpu() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// side is how long each side is loaded in all (BENCH_SIDE, default 2s),
+// in rounds of a quarter second.
+func side() (rounds int, round time.Duration) {
+	d := 2 * time.Second
+	if v := os.Getenv("BENCH_SIDE"); v != "" {
+		if p, err := time.ParseDuration(v); err == nil && p > 0 {
+			d = p
+		}
+	}
+	round = 250 * time.Millisecond
+	return max(2, int(d/round)), round
+}
+
+// BenchmarkAPI: per VM count and endpoint, the API and respond with its
+// answer, alternately; the ratio is the median of api/respond over the
+// pairs of rounds (benchload.Ratio). Run with -benchtime 1x.
 func BenchmarkAPI(b *testing.B) {
 	for _, n := range sizes {
-		b.Run(fmt.Sprintf("vms=%d/status-current/api", n), func(b *testing.B) {
-			run(b, start(b, n), "/api2/json/nodes/kv-node-1-lab-internal/qemu/100/status/current", true)
-		})
-		b.Run(fmt.Sprintf("vms=%d/status-current/respond", n), func(b *testing.B) {
-			run(b, start(b, n), "/respond/status", false)
-		})
-		b.Run(fmt.Sprintf("vms=%d/cluster-resources/api", n), func(b *testing.B) {
-			run(b, start(b, n), "/api2/json/cluster/resources?type=vm", true)
-		})
-		b.Run(fmt.Sprintf("vms=%d/cluster-resources/respond", n), func(b *testing.B) {
-			run(b, start(b, n), "/respond/resources", false)
-		})
+		for _, e := range endpoints {
+			b.Run(fmt.Sprintf("vms=%d/%s", n, e.name), func(b *testing.B) {
+				s := start(b, n)
+				api := benchload.Target{URL: s.base + e.path, Header: auth(e.token)}
+				respond := benchload.Target{URL: s.base + "/respond/" + e.name}
+				rounds, round := side()
+				for i := 0; i < b.N; i++ {
+					res, err := benchload.Alternate(s.client, 4, rounds, round, api, respond)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(res[0].PerSec, "api-req/s")
+					b.ReportMetric(res[1].PerSec, "respond-req/s")
+					b.ReportMetric(benchload.Ratio(res[0], res[1]), "ratio")
+					b.ReportMetric(float64(res[0].Bytes), "body-B")
+					if e.latency {
+						lat, err := benchload.Latency(s.client, 400, api, respond)
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.ReportMetric(float64(lat[0].Nanoseconds())/1000, "api-µs")
+						b.ReportMetric(float64(lat[1].Nanoseconds())/1000, "respond-µs")
+					}
+				}
+			})
+		}
 	}
 	_ = caddy.Stop()
 }

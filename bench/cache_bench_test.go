@@ -7,6 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/fleet"
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
@@ -21,26 +26,48 @@ func heap() uint64 {
 }
 
 // BenchmarkCacheMemoryPerVM reports the informer-cache memory one VM
-// costs the plugin (half of them running, so VMIs are counted too): the
-// heap grown by starting a kube.Cluster over an already-filled fake API.
+// costs the plugin: the heap grown by starting a kube.Cluster over an
+// already-filled fake API, divided by the VMs. Each VM is as the API
+// creates it and KubeVirt and CDI fill it in (fleet): a disk with its
+// DataVolume and claim, a NIC, cloud-init, and every other one running
+// with its instance. B/VM counts all of that; B/VM+VMI only the VMs and
+// instances (a second cluster over the same VMs without their disks'
+// objects).
 func BenchmarkCacheMemoryPerVM(b *testing.B) {
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("vms=%d", n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				objs := append(kubevirtsim.Seed(), kubevirtsim.BulkVMs("default", n, 1000, []string{"kv-node-1.lab.internal"})...)
-				kc, kv := kubevirtsim.NewFakeClients(objs...)
-				before := heap()
-				c := kube.New(kc, kv, nil, kube.Options{SyncTimeout: time.Minute})
-				if err := c.Start(context.Background()); err != nil {
+				objs, err := fleet.Objects(fleet.Spec{Namespace: "default", N: n, FirstVMID: 1000, Nodes: []string{"kv-node-1.lab.internal"}})
+				if err != nil {
 					b.Fatal(err)
 				}
-				if got := len(c.Guests()); got < n {
-					b.Fatalf("cache has %d guests, want %d", got, n)
+				b.ReportMetric(perVM(b, n, objs), "B/VM")
+				var vms []k8sruntime.Object
+				for _, o := range objs {
+					switch o.(type) {
+					case *cdiv1.DataVolume, *corev1.PersistentVolumeClaim:
+					default:
+						vms = append(vms, o)
+					}
 				}
-				after := heap()
-				c.Stop()
-				b.ReportMetric(float64(after-before)/float64(n), "B/VM")
+				b.ReportMetric(perVM(b, n, vms), "B/VM+VMI")
 			}
 		})
 	}
+}
+
+// perVM starts a cluster over the seed lab and objs and returns the heap
+// it grew by, per VM.
+func perVM(b *testing.B, n int, objs []k8sruntime.Object) float64 {
+	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(append(kubevirtsim.Seed(), objs...)...)
+	before := heap()
+	c := kube.New(kc, kv, nil, kube.Options{SyncTimeout: time.Minute, CDI: cdi, AssumeKubeVirtAPIs: true})
+	if err := c.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop()
+	if got := len(c.Guests()); got < n {
+		b.Fatalf("cache has %d guests, want %d", got, n)
+	}
+	return float64(heap()-before) / float64(n)
 }

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,10 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
-	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
 
 // The types below mirror the bpg provider's (proxmox/nodes/vms/vms_types.go,
@@ -163,12 +160,9 @@ func TestBPGSequence(t *testing.T) {
 	), &upid)
 	bpgWait(a, upid)
 
-	// The guest image runs qemu-guest-agent: tell the stand-in so.
+	// The guest image runs qemu-guest-agent (agent enabled=1): the
+	// stand-in's guest reports it shortly after it boots.
 	vm := vmByID(t, id)
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:"true"}}}}}`, kubevirtsim.AnnotationAgent)
-	if _, err := env.KubeVirt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(context.Background(), vm.Name, types.MergePatchType, []byte(patch), metavOpts()); err != nil {
-		t.Fatal(err)
-	}
 
 	// A5: start, then poll status until running.
 	var st bpgStatus

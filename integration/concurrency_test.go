@@ -166,3 +166,72 @@ func TestConcurrentPowerActions(t *testing.T) {
 	a.OK("DELETE", path, nil, &upid)
 	a.WaitTask(upid)
 }
+
+// TestConcurrentStartsOnVirtAPI: starts fired at one stopped VM at once
+// race in KubeVirt's virt-api, whose start patches the VM with a test of
+// what it read; on this apiserver a lost race comes back as a 500
+// "Internal error occurred: the server rejected our request …". Every
+// start answers a UPID, and every task ends OK or with PVE's words for a
+// VM another start got to first, never with virt-api's raw text.
+func TestConcurrentStartsOnVirtAPI(t *testing.T) {
+	a := pve(t)
+	node := firstNode(a)
+	id := nextID(a)
+	path := "/nodes/" + node + "/qemu/" + id
+	var upid string
+	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "start-race"), &upid)
+	a.WaitTask(upid)
+	t.Cleanup(func() {
+		var u string
+		a.OK("POST", path+"/status/stop", nil, &u)
+		a.WaitTask(u)
+		a.OK("DELETE", path, nil, &u)
+		a.WaitTask(u)
+	})
+	const n = 6
+	for round := 0; round < 3; round++ {
+		upids := make([]string, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range upids {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				c := &testcaddy.PVE{T: t, Base: a.Base, C: testcaddy.Client(), Auth: a.Auth}
+				<-start
+				ans, err := c.Send("POST", path+"/status/start", nil)
+				switch {
+				case err != nil:
+					t.Errorf("start %d: %v", i, err)
+				case ans.Code == 200:
+					_ = jsonString(ans.Data, &upids[i])
+				case ans.Code == 500 && ans.Message == "VM "+id+" already running\n":
+				default:
+					t.Errorf("start %d: %s %s", i, ans.Status, ans.Raw)
+				}
+			}(i)
+		}
+		close(start)
+		wg.Wait()
+		ok := 0
+		for _, u := range upids {
+			if u == "" {
+				continue
+			}
+			switch exit := a.WaitTask(u); exit {
+			case "OK":
+				ok++
+			case "VM " + id + " already running":
+			default:
+				t.Errorf("round %d: a start ended %q", round, exit)
+			}
+		}
+		if ok == 0 {
+			t.Errorf("round %d: no start ended OK", round)
+		}
+		a.OK("POST", path+"/status/stop", nil, &upid)
+		if exit := a.WaitTask(upid); exit != "OK" {
+			t.Fatalf("round %d: stop: %s", round, exit)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"kubevirt.io/client-go/kubevirt"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 const deployFile = "../deploy/caddy-proxmox.yaml"
@@ -136,7 +137,9 @@ func TestDeployManifests(t *testing.T) {
 		{"get", "subresources.kubevirt.io", "virtualmachineinstances", "vnc", "default", true},
 		{"create", "", "configmaps", "", "caddy-proxmox", true},
 		{"impersonate", "", "users", "", "", true},
-		{"create", "", "namespaces", "", "", true},
+		{"delete", "", "namespaces", "", "", true},
+		{"create", "", "namespaces", "", "", false},
+		{"update", "", "configmaps", "", "caddy-proxmox", true},
 		{"list", "cdi.kubevirt.io", "datavolumes", "", "default", true},
 		{"watch", "cdi.kubevirt.io", "datavolumes", "", "", true},
 		{"create", "cdi.kubevirt.io", "datavolumes", "", "default", true},
@@ -165,6 +168,17 @@ func TestDeployManifests(t *testing.T) {
 	}
 	if len(c.Nodes()) == 0 || !strings.Contains(strings.Join(c.Namespaces(), ","), "default") {
 		t.Fatalf("nodes %v namespaces %v", c.Nodes(), c.Namespaces())
+	}
+	// And keep pools there.
+	pool := fmt.Sprintf("deploy-probe/%d", time.Now().UnixNano())
+	if err := c.CreatePoolRecord(ctx, translate.PoolRecord{ID: pool}); err != nil {
+		t.Fatalf("creating a pool as the ServiceAccount: %v", err)
+	}
+	if err := c.UpdatePoolRecord(ctx, pool, func(r *translate.PoolRecord) bool { r.Comment = "probe"; return true }); err != nil {
+		t.Fatalf("updating a pool as the ServiceAccount: %v", err)
+	}
+	if err := c.DeletePoolRecord(ctx, pool); err != nil {
+		t.Fatalf("deleting a pool as the ServiceAccount: %v", err)
 	}
 	// And it can record a task in its namespace.
 	if _, err := kc.CoreV1().ConfigMaps("caddy-proxmox").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {

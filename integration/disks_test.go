@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,11 +43,14 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 		})
 	}
 	own, stray := "vm-"+id+"-disk-0", "vm-"+id+"-disk-1" // stray: no VM refers to it
+	// Named after its vmid: a VM of an earlier run (-count) may still be
+	// being deleted.
+	name := "it-kubectl-disks-" + id
 	claim(own)
 	claim(stray)
 	rs := kubevirtv1.RunStrategyHalted
 	vm := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Name: "it-kubectl-disks", Namespace: "default", Labels: map[string]string{translate.LabelVMID: id}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{translate.LabelVMID: id}},
 		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: &rs, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
 	}
 	vm.Spec.Template.Spec.Domain.CPU = &kubevirtv1.CPU{Cores: 1}
@@ -63,11 +68,11 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = env.KubeVirt.KubevirtV1().VirtualMachines("default").Delete(ctx, "it-kubectl-disks", metav1.DeleteOptions{})
+		_ = env.KubeVirt.KubevirtV1().VirtualMachines("default").Delete(ctx, name, metav1.DeleteOptions{})
 	})
 	before := vm.Spec.Template.Spec.DeepCopy()
-	rows := waitRows(t, func(r map[string][]map[string]any) bool { return len(r["it-kubectl-disks"]) == 1 })
-	node := rows["it-kubectl-disks"][0]["node"].(string)
+	rows := waitRows(t, func(r map[string][]map[string]any) bool { return len(r[name]) == 1 })
+	node := rows[name][0]["node"].(string)
 	path := "/nodes/" + node + "/qemu/" + id
 	config := func() map[string]any {
 		var cfg map[string]any
@@ -130,8 +135,17 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 	a.OK("POST", path+"/status/start", nil, nil) // KubeVirt creates DataVolumes for a VM it runs
 	waitDV(true)
 	var upid string
+	// Stopped at once: KubeVirt may not have created the instance yet (it
+	// waits for the new disk's DataVolume), and the stop must still win.
 	a.OK("POST", path+"/status/stop", nil, &upid)
-	a.WaitTask(upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("stop: %s", exit)
+	}
+	if vmi, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances("default").Get(ctx, name, metav1.GetOptions{}); err == nil && !vmi.IsFinal() {
+		t.Fatalf("after the stop, the VMI is %s", vmi.Status.Phase)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	a.OK("PUT", path+"/unlink", form("idlist", "scsi1", "force", "1"), nil)
 	waitDV(false)
 	for _, n := range []string{own, stray} {
@@ -142,4 +156,108 @@ func TestDisksOfAKubectlVM(t *testing.T) {
 	if cfg := config(); cfg["scsi1"] != nil || cfg["unused0"] != nil || cfg["sata0"] == nil {
 		t.Fatalf("after unlink: %v", cfg)
 	}
+}
+
+// TestDetachKeepsTheDataVolume: on KubeVirt's own VM webhook, detaching a
+// disk (delete=, unlink without force) keeps its data as unusedN, as PVE
+// does: the template leaves the spec (the webhook refuses one no volume
+// uses), the DataVolume stays, still the VM's; the disk can be attached
+// again, and deleting its unusedN deletes the DataVolume.
+func TestDetachKeepsTheDataVolume(t *testing.T) {
+	ctx := context.Background()
+	a := pve(t)
+	node := firstNode(a)
+	id := nextID(a)
+	path := "/nodes/" + node + "/qemu/" + id
+	var upid string
+	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "detach", "scsi0", "local-path:1", "scsi1", "local-path:1", "scsi2", "local-path:1"), &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	t.Cleanup(func() {
+		var u string
+		a.OK("DELETE", path, nil, &u)
+		a.WaitTask(u)
+	})
+	vm := vmByID(t, id)
+	cdi, err := containerizeddataimporter.NewForConfig(env.DirectConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := func(n int) string { return fmt.Sprintf("vm-%s-disk-%d", id, n) }
+	// dataVolume waits for the DataVolume and its claim (the cache must
+	// know the claim to re-attach it), or for both to be gone.
+	dataVolume := func(name string, exists bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			dv, err := cdi.CdiV1beta1().DataVolumes(vm.Namespace).Get(ctx, name, metav1.GetOptions{})
+			_, perr := env.Kube.CoreV1().PersistentVolumeClaims(vm.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if exists && err == nil && perr == nil {
+				if !metav1.IsControlledBy(dv, vm) {
+					t.Fatalf("DataVolume %s is not the VM's: %v", name, dv.OwnerReferences)
+				}
+				return
+			}
+			if !exists && apierrors.IsNotFound(err) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("DataVolume %s: %v, claim: %v; want exists=%v", name, err, perr, exists)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		dataVolume(disk(i), true)
+	}
+	templates := func() []string {
+		var names []string
+		for _, dv := range vmByID(t, id).Spec.DataVolumeTemplates {
+			names = append(names, dv.Name)
+		}
+		return names
+	}
+	config := func() map[string]any {
+		var cfg map[string]any
+		a.OK("GET", path+"/config", nil, &cfg)
+		return cfg
+	}
+
+	a.OK("PUT", path+"/config", form("delete", "scsi1"), nil)
+	if cfg := config(); cfg["scsi1"] != nil || cfg["unused0"] != "local-path:"+disk(1) {
+		t.Fatalf("after delete=scsi1: %v", cfg)
+	}
+	if got := templates(); !slices.Equal(got, []string{disk(0), disk(2)}) {
+		t.Fatalf("templates after detaching scsi1: %v", got)
+	}
+	a.OK("PUT", path+"/unlink", form("idlist", "scsi2"), nil)
+	if cfg := config(); cfg["scsi2"] != nil || cfg["unused1"] != "local-path:"+disk(2) {
+		t.Fatalf("after unlink scsi2: %v", cfg)
+	}
+	if got := templates(); !slices.Equal(got, []string{disk(0)}) {
+		t.Fatalf("templates after unlinking scsi2: %v", got)
+	}
+	// The DataVolumes are kept, and stay the VM's.
+	dataVolume(disk(1), true)
+	dataVolume(disk(2), true)
+
+	// Attached again from unused0, under another key.
+	a.OK("PUT", path+"/config", form("virtio1", "local-path:"+disk(1), "delete", "unused0"), nil)
+	if cfg := config(); cfg["virtio1"] != "local-path:"+disk(1)+",size=1G" || cfg["unused0"] != nil || cfg["unused1"] != "local-path:"+disk(2) {
+		t.Fatalf("after re-attaching: %v", cfg)
+	}
+	var vol *kubevirtv1.Volume
+	for _, v := range vmByID(t, id).Spec.Template.Spec.Volumes {
+		if v.Name == "virtio1" {
+			vol = &v
+		}
+	}
+	if vol == nil || vol.DataVolume == nil || vol.DataVolume.Name != disk(1) {
+		t.Fatalf("re-attached volume %+v", vol)
+	}
+	// Deleting an unusedN deletes its data.
+	a.OK("PUT", path+"/config", form("delete", "unused1"), nil)
+	dataVolume(disk(2), false)
+	dataVolume(disk(1), true)
 }

@@ -12,6 +12,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -125,9 +126,11 @@ func wakeKubeVirtVM(t *testing.T, customize func(vm *kubevirtv1.VirtualMachine))
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	// A VM as kubectl makes it: stopped, on the pod network with the
-	// default masquerade binding, with a guest agent.
+	// A VM as kubectl makes it: stopped, with the memory every instance
+	// needs (virt-api refuses to create one without), on the pod network
+	// with the default masquerade binding, with a guest agent.
 	rs := kubevirtv1.RunStrategyHalted
+	guest := resource.MustParse("128Mi")
 	vm := &kubevirtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: &rs, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
@@ -136,9 +139,12 @@ func wakeKubeVirtVM(t *testing.T, customize func(vm *kubevirtv1.VirtualMachine))
 				kubevirtsim.AnnotationPodIP: podIP,
 			}},
 			Spec: kubevirtv1.VirtualMachineInstanceSpec{
-				Domain: kubevirtv1.DomainSpec{Devices: kubevirtv1.Devices{Interfaces: []kubevirtv1.Interface{{
-					Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}},
-				}}}},
+				Domain: kubevirtv1.DomainSpec{
+					Memory: &kubevirtv1.Memory{Guest: &guest},
+					Devices: kubevirtv1.Devices{Interfaces: []kubevirtv1.Interface{{
+						Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}},
+					}}},
+				},
 				Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
 			},
 		}},

@@ -6,9 +6,12 @@ package integration
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,6 +35,8 @@ const (
 
 var (
 	env *testenv.Env
+	// uploads plays cdi-apiserver's tokens and cdi-uploadproxy.
+	uploads *kubevirtsim.UploadProxy
 	// base is the API with virt-api present; fallbackBase the same cluster
 	// reached through a proxy without virt-api.
 	base, fallbackBase string
@@ -61,6 +66,7 @@ func TestMain(m *testing.M) {
 			return kubevirtsim.NewController(kv, kube, kubevirtsim.Options{
 				StartDelay: 300 * time.Millisecond, StopDelay: 200 * time.Millisecond,
 				CDI: cdi, DataVolumeDelay: 300 * time.Millisecond, SnapshotDelay: 200 * time.Millisecond,
+				AgentDelay: 500 * time.Millisecond,
 			}).Run(ctx)
 		},
 		NewVirtHandler: func(e *testenv.Env) http.Handler {
@@ -69,6 +75,11 @@ func TestMain(m *testing.M) {
 		},
 	}, func(e *testenv.Env) int {
 		env = e
+		// cdi-apiserver's upload tokens behind the aggregator, for the
+		// simulated cdi-uploadproxy (uploads).
+		uploads = kubevirtsim.NewUploadProxy(e.DirectKube)
+		e.Proxy.SetAPI(kubevirtsim.UploadGroup, "v1beta1",
+			uploads.TokenAPI(kubevirtsim.SelfSubjectAccessAuthorizerFor(e.DirectConfig, kubevirtsim.UploadGroup)))
 		noVirtAPI, err := e.NewProxy()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fallback proxy:", err)
@@ -83,6 +94,12 @@ func TestMain(m *testing.M) {
 		defer metricsSites.close()
 		caddyDir, _ = os.MkdirTemp("", "caddy-proxmox-it-")
 		defer os.RemoveAll(caddyDir)
+		uploadProxy, uploadCA, err := startUploadProxy(caddyDir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "upload proxy:", err)
+			return 1
+		}
+		defer uploadProxy.Close()
 		port, _ := testcaddy.Port()
 		port2, _ := testcaddy.Port()
 		base = fmt.Sprintf("https://localhost:%d", port)
@@ -95,6 +112,9 @@ https://localhost:%d {
 		token %s %s
 		user %s %s
 		auth_failure_delay 0s
+		cdi_upload_proxy %s {
+			ca_file %s
+		}
 	}
 }
 https://localhost:%d {
@@ -105,7 +125,7 @@ https://localhost:%d {
 		auth_failure_delay 0s
 	}
 }
-`, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret) + metricsSites.caddyfile
+`, port, e.Kubeconfig, tokenID, tokenSecret, userID, userPass, uploadProxy.URL, uploadCA, port2, noVirtAPI.Kubeconfig("admin"), tokenID, tokenSecret) + metricsSites.caddyfile
 		if _, err := testcaddy.LoadCaddyfile(cfg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -116,4 +136,17 @@ https://localhost:%d {
 		}
 		return m.Run()
 	})
+}
+
+// startUploadProxy serves the simulated cdi-uploadproxy over TLS, as CDI
+// does, and writes the CA that signed its certificate to dir.
+func startUploadProxy(dir string) (*httptest.Server, string, error) {
+	srv := httptest.NewTLSServer(uploads)
+	ca := filepath.Join(dir, "cdi-uploadproxy-ca.pem")
+	block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(ca, block, 0o600); err != nil {
+		srv.Close()
+		return nil, "", err
+	}
+	return srv, ca, nil
 }

@@ -12,13 +12,15 @@ import (
 )
 
 // Access is one Kubernetes permission: a verb on a resource (and
-// subresource) of an API group, in a namespace or cluster-wide ("").
+// subresource) of an API group, in a namespace or cluster-wide (""), on
+// one object by name or ("") on any.
 type Access struct {
 	Namespace   string
 	Group       string
 	Resource    string
 	Subresource string
 	Verb        string
+	Name        string
 }
 
 // accessTTL is how long an answer of an access review is reused. Reviews
@@ -64,7 +66,7 @@ func (c *Cluster) canI(ctx context.Context, a Access, cached bool) (bool, error)
 	if !ok {
 		return false, ErrNoIdentity
 	}
-	k := act.key + "\x01" + a.Namespace + "\x01" + a.Group + "\x01" + a.Resource + "\x01" + a.Subresource + "\x01" + a.Verb
+	k := act.key + "\x01" + a.Namespace + "\x01" + a.Group + "\x01" + a.Resource + "\x01" + a.Subresource + "\x01" + a.Verb + "\x01" + a.Name
 	now := time.Now()
 	c.access.mu.Lock()
 	e, hit := c.access.m[k]
@@ -74,7 +76,7 @@ func (c *Cluster) canI(ctx context.Context, a Access, cached bool) (bool, error)
 	}
 	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: a.Namespace, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Verb: a.Verb,
+			Namespace: a.Namespace, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Verb: a.Verb, Name: a.Name,
 		},
 	}}
 	out, err := act.cl.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,9 @@ type Options struct {
 	// Connect builds it from the kubeconfig; callers' clients are built
 	// from the rest config (see as).
 	CDI cdiclient.Interface
+	// UploadProxy is where uploads go (CDI's cdi-uploadproxy); nil: found
+	// in the cluster when first needed (see Cluster.uploadProxy).
+	UploadProxy *UploadProxyConfig
 }
 
 // Cluster is a cached, read-mostly view of a KubeVirt cluster.
@@ -73,6 +77,8 @@ type Cluster struct {
 	logger *zap.Logger
 
 	vms, vmis, nodes, storageClasses, namespaces, tasks, pvcs *store
+	// poolRecords are the ConfigMaps holding pools (task namespace).
+	poolRecords *store
 	// snapshots and restores are nil when the cluster lacks the API;
 	// migrations when the plugin may not list them.
 	snapshots, restores, migrations *store
@@ -80,12 +86,13 @@ type Cluster struct {
 	dataVolumes *store
 
 	vmidGen, nodeGen atomic.Uint64
-	mu               sync.Mutex
-	vmidTab          *vmidTable
-	vmidTabGen       uint64
-	nextIDs          idHolds // ids /cluster/nextid handed out lately
-	nodeTab          *nodeTable
-	nodeTabGen       uint64
+	// guestGen counts changes to what Guests shows (VMs, their instances,
+	// the node table, the pools); metricsGen counts usage readings published.
+	guestGen, metricsGen atomic.Uint64
+	mu                   sync.Mutex // serialises table rebuilds
+	vmidTab              atomic.Pointer[vmidTable]
+	nextIDs              idHolds // ids /cluster/nextid handed out lately
+	nodeTab              atomic.Pointer[nodeTable]
 
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
@@ -96,10 +103,13 @@ type Cluster struct {
 	health    *health
 	idClients identityClients
 	dialer    atomic.Pointer[consoleDialer] // consoles without a rest config
+	upload    uploadProxy
 	access    accessCache
 	cancel    context.CancelFunc
+	life      context.Context // done once Stop is called
 	done      chan struct{}
 	onStop    func() // ends what Simulate started next to the cluster
+	memo      sync.Map
 	stopOnce  sync.Once
 	Tasks     *Tasks
 	// ConsoleClaims makes console tickets single-use across replicas.
@@ -139,10 +149,13 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 func (c *Cluster) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	c.life = runCtx
 	runCtx = withHealth(runCtx, c.health)
 	go c.health.run(runCtx)
 	c.done = make(chan struct{})
 	ns := c.opts.Namespaces
+	// Tasks wait on VMs and their instances by the VM's namespace/name.
+	vmTasks := c.Tasks.touchBy(ownKey)
 	// The vmid table depends only on which VMs exist and their vmid
 	// labels; status churn must not force a rebuild.
 	vmChanged := func(old, new any) {
@@ -151,14 +164,22 @@ func (c *Cluster) Start(ctx context.Context) error {
 		if o == nil || n == nil || o.Labels[translate.LabelVMID] != n.Labels[translate.LabelVMID] {
 			c.vmidGen.Add(1)
 		}
-		c.Tasks.poke()
+		c.guestGen.Add(1)
+		vmTasks(old, new)
 	}
-	vmiChanged := func(any, any) { c.Tasks.poke() }
+	vmiChanged := func(old, new any) {
+		c.guestGen.Add(1)
+		vmTasks(old, new)
+	}
+	// Which pool a guest shows depends on the pools that exist (records,
+	// and earlier versions' namespaces).
+	poolsChanged := func(old, new any) { c.guestGen.Add(1) }
 	nodeChanged := func(old, new any) {
 		o, _ := old.(*corev1.Node)
 		n, _ := new.(*corev1.Node)
 		if o == nil || n == nil || nodeReady(o) != nodeReady(n) {
 			c.nodeGen.Add(1)
+			c.guestGen.Add(1)
 		}
 	}
 
@@ -204,7 +225,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
 				return c.own.kube.CoreV1().Namespaces().Watch(ctx, o)
 			},
-		}, c.opts.Resync, nil, stripMeta, nil)
+		}, c.opts.Resync, nil, stripMeta, poolsChanged)
 	}
 	c.tasks = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
@@ -216,6 +237,16 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
+	c.poolRecords = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = translate.LabelPoolRecord + "=true"
+			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = translate.LabelPoolRecord + "=true"
+			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, nil, stripMeta, poolsChanged)
 
 	c.pvcs = newStore(runCtx, c.own.kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
@@ -224,7 +255,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc}, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc}, stripStorage, c.Tasks.touchBy(c.claimKeys))
 	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
 	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
 		c.optional = append(c.optional, c.migrations)
@@ -275,11 +306,23 @@ func (c *Cluster) Synced() bool {
 }
 
 func (c *Cluster) allStores() []*store {
-	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs}
+	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs, c.poolRecords}
 	if c.namespaces != nil {
 		out = append(out, c.namespaces)
 	}
 	return append(out, c.optional...)
+}
+
+// Memo returns what is kept under key, made by mk on first use. It is for
+// views callers derive from the caches (the API's encoded rows), which
+// then live as long as the caches they follow; key should be a type of
+// the caller's own, as with context values.
+func (c *Cluster) Memo(key any, mk func() any) any {
+	if v, ok := c.memo.Load(key); ok {
+		return v
+	}
+	v, _ := c.memo.LoadOrStore(key, mk())
+	return v
 }
 
 // Logger returns the cluster's logger.
@@ -288,7 +331,7 @@ func (c *Cluster) Logger() *zap.Logger { return c.logger }
 // TaskNamespace is where task records are kept.
 func (c *Cluster) TaskNamespace() string { return c.opts.TaskNamespace }
 
-// Namespaces lists the namespaces served (the PVE pools).
+// Namespaces lists the namespaces served.
 func (c *Cluster) Namespaces() []string {
 	if len(c.opts.Namespaces) > 0 {
 		return append([]string(nil), c.opts.Namespaces...)
@@ -349,8 +392,49 @@ func stripVMI(obj any) (any, error) {
 		vmi.Status.VolumeStatus = nil
 		vmi.Status.KernelBootStatus = nil
 		vmi.Status.MigrationState = nil
+		// Bookkeeping of virt-controller and virt-handler no answer shows.
+		vmi.Status.ActivePods = nil
+		vmi.Status.LauncherContainerImageVersion = ""
+		vmi.Status.QOSClass = nil
+		vmi.Status.MigrationMethod = ""
+		vmi.Status.MigrationTransport = ""
+		vmi.Status.SelinuxContext = ""
+		vmi.Status.VirtualMachineRevisionName = ""
+		for i := range vmi.Status.Interfaces {
+			vmi.Status.Interfaces[i].InfoSource = ""
+			vmi.Status.Interfaces[i].PodInterfaceName = ""
+		}
 	}
 	return stripMeta(obj)
+}
+
+// stripStorage keeps of a claim's or DataVolume's labels and annotations
+// only the plugin's own: CDI and the volume controllers leave a dozen on
+// each claim (binding, populator progress, provisioner), none read here,
+// and claims are only ever patched, so what the cache lacks is never
+// written back.
+func stripStorage(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetLabels(ownKeys(m.GetLabels()))
+		m.SetAnnotations(ownKeys(m.GetAnnotations()))
+		m.SetFinalizers(nil)
+	}
+	return stripMeta(obj)
+}
+
+// ownKeys is the part of a label or annotation map under the plugin's
+// prefix, nil if none.
+func ownKeys(in map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range in {
+		if strings.HasPrefix(k, translate.KeyPrefix) {
+			if out == nil {
+				out = make(map[string]string, 1)
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func stripNode(obj any) (any, error) {

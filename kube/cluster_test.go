@@ -423,7 +423,9 @@ func TestCreateVMReadYourWrites(t *testing.T) {
 	e := newEnv(t, envOptions{beforeController: blindVMWatch})
 	c := e.cluster(Options{}, true)
 	mk := func(name string, labels map[string]string) *kubevirtv1.VirtualMachine {
-		return &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: labels}}
+		halted := kubevirtv1.RunStrategyHalted
+		return &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: labels},
+			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}}}
 	}
 
 	// Control: a VM created behind the cluster's back stays invisible,

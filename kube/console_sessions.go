@@ -132,7 +132,7 @@ func (ts *Tasks) remember(t *Task) {
 		*r = *t.copy()
 	}
 	ts.mu.Unlock()
-	ts.poke()
+	ts.touch(t.subject())
 }
 
 func (s *Session) renew() {
@@ -160,14 +160,20 @@ func (s *Session) renew() {
 
 // End ends the session's task with exit ("OK" for a session
 // that closed normally). Later calls do nothing.
-func (s *Session) End(ctx context.Context, exit string) {
+func (s *Session) End(ctx context.Context, exit string) { s.EndWith(ctx, exit, nil) }
+
+// EndWith is End that first adds log lines to the task.
+func (s *Session) EndWith(ctx context.Context, exit string, log []string) {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
 		err := s.update(func(t *Task) bool {
-			if !t.Running() {
+			// Past its deadline any replica may have judged it lost:
+			// that first answer stands.
+			if !t.Running() || time.Now().After(t.deadline) {
 				return false
 			}
+			t.Log = append(t.Log, log...)
 			t.finish(exit, time.Now())
 			return true
 		})

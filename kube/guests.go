@@ -23,8 +23,16 @@ type Guest struct {
 	VMI  *kubevirtv1.VirtualMachineInstance // nil when no instance exists
 }
 
-// Namespace is the VM's namespace (its PVE pool).
+// Namespace is the VM's namespace.
 func (g Guest) Namespace() string { return g.VM.Namespace }
+
+// PoolAnnotation is the pool the VM names (translate.AnnotationPool, ""
+// for none); set is false without the annotation, when the namespace
+// decides.
+func (g Guest) PoolAnnotation() (pool string, set bool) {
+	pool, set = g.VM.Annotations[translate.AnnotationPool]
+	return pool, set
+}
 
 // Name is the VM's Kubernetes name.
 func (g Guest) Name() string { return g.VM.Name }
@@ -67,6 +75,13 @@ func (c *Cluster) Guests() []Guest {
 	sortGuests(out)
 	return out
 }
+
+// GuestsVersion changes whenever what Guests and Guest return may have:
+// a VM or an instance was added, changed or removed (by an informer event
+// or by a write of this process), or the node table changed. Views built
+// from guests stay valid while it stays the same; usage readings have
+// their own (MetricsVersion).
+func (c *Cluster) GuestsVersion() uint64 { return c.guestGen.Load() }
 
 // Guest resolves a vmid. It returns ErrNotFound or an *AmbiguousError.
 func (c *Cluster) Guest(vmid int) (Guest, error) {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -209,8 +210,16 @@ func (h *health) recovered() time.Time {
 
 // bind derives a context that is cancelled (cause ErrClusterDown) when an
 // outage is detected, so that calls in flight fail fast instead of running
-// into their timeouts.
+// into their timeouts. The binding is made on the context's first use:
+// most requests are answered from the caches and never wait on the
+// cluster, and registering each of them would cost more than answering.
 func (h *health) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	b := &boundContext{Context: ctx, h: h}
+	return b, b.end
+}
+
+// bindNow is bind made at once.
+func (h *health) bindNow(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	h.mu.Lock()
 	if h.down != nil {
@@ -229,6 +238,53 @@ func (h *health) bind(ctx context.Context) (context.Context, context.CancelFunc)
 		cancel(context.Canceled)
 	}
 }
+
+// boundContext is a context bound to the cluster's health on its first
+// use (Done, Err or Value); its deadline is its parent's.
+type boundContext struct {
+	context.Context
+	h *health
+
+	bound atomic.Pointer[context.Context]
+	mu    sync.Mutex
+	ended bool
+	end1  context.CancelFunc
+}
+
+func (b *boundContext) use() context.Context {
+	if c := b.bound.Load(); c != nil {
+		return *c
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.bound.Load(); c != nil {
+		return *c
+	}
+	var c context.Context
+	if b.ended {
+		// Used after its request ended: as cancelled as it would be.
+		var cancel context.CancelFunc
+		c, cancel = context.WithCancel(b.Context)
+		cancel()
+	} else {
+		c, b.end1 = b.h.bindNow(b.Context)
+	}
+	b.bound.Store(&c)
+	return c
+}
+
+func (b *boundContext) end() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ended = true
+	if b.end1 != nil {
+		b.end1()
+	}
+}
+
+func (b *boundContext) Done() <-chan struct{} { return b.use().Done() }
+func (b *boundContext) Err() error            { return b.use().Err() }
+func (b *boundContext) Value(key any) any     { return b.use().Value(key) }
 
 // Healthy returns nil when the cluster is reachable and every cache
 // follows it, else why not. The HTTP layer answers 503 meanwhile rather

@@ -27,6 +27,9 @@ type store struct {
 	// transform is what the informers apply to what they store; put
 	// applies it too.
 	transform cache.TransformFunc
+	// onChange hears what the informers' handlers hear, and what put
+	// stores.
+	onChange changeFunc
 }
 
 // changeFunc hears about cache changes; old is nil for an add, new is nil
@@ -37,7 +40,7 @@ func newStore(ctx context.Context, semantics any, namespaces []string, obj runti
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s := &store{byNS: map[string]cache.SharedIndexInformer{}, transform: transform}
+	s := &store{byNS: map[string]cache.SharedIndexInformer{}, transform: transform, onChange: onChange}
 	// During an outage list and watch wait for the cluster to come back
 	// (see health), and their outcomes tell whether the cache is current.
 	h := healthFrom(ctx)
@@ -109,11 +112,16 @@ func (s *store) informerFor(ns string) cache.SharedIndexInformer {
 	return s.byNS[ns]
 }
 
-// put puts an object the apiserver just answered into the cache, as the
-// informers would store it, so that the client's next call reads its own
-// write. A nil store (an API the cluster lacks) or an unwatched namespace
-// takes nothing.
-func (s *store) put(obj runtime.Object) {
+// put puts an object the apiserver just answered to a write into the
+// cache, as the informers would store it, so that the client's next call
+// reads its own write; created says the write made it. Like client-go's
+// mutation cache it never goes back: an object older than the cached one
+// (a watch event overtook the answer) is dropped, and so is an update of an
+// object no longer cached (its deletion arrived first), which would leave
+// a ghost until the next relist. Whoever listens to the store hears of it
+// as of an informer event. A nil store (an API the cluster lacks) or an
+// unwatched namespace takes nothing.
+func (s *store) put(obj runtime.Object, created bool) {
 	if s == nil {
 		return
 	}
@@ -133,26 +141,32 @@ func (s *store) put(obj runtime.Object) {
 			return
 		}
 	}
-	// A watch event newer than this answer may have been stored already
-	// (a write answered while the controller updated the object): keep it,
-	// or the cache would show the older object until the next change.
-	if cur, ok, _ := inf.GetStore().Get(o); ok && olderThan(o, cur) {
+	st := inf.GetStore()
+	old, exists, _ := st.Get(o)
+	switch {
+	case !exists && !created:
+		return
+	case exists && olderThan(m, old):
 		return
 	}
-	_ = inf.GetStore().Update(o)
+	_ = st.Update(o)
+	if s.onChange != nil {
+		s.onChange(old, o)
+	}
 }
 
-// olderThan tells whether a's resourceVersion is below b's; versions that
-// are not numbers (the apiserver's are etcd revisions) compare as unknown.
-func olderThan(a, b any) bool {
-	ma, ok1 := a.(metav1.Object)
-	mb, ok2 := b.(metav1.Object)
-	if !ok1 || !ok2 {
+// olderThan tells whether m's resourceVersion is below that of cached.
+// resourceVersions are opaque to clients; like client-go's integer
+// mutation cache this reads them as the integers kube-apiserver makes,
+// and treats one it cannot read as not older.
+func olderThan(m metav1.Object, cached any) bool {
+	c, ok := cached.(metav1.Object)
+	if !ok {
 		return false
 	}
-	ra, err1 := strconv.ParseUint(ma.GetResourceVersion(), 10, 64)
-	rb, err2 := strconv.ParseUint(mb.GetResourceVersion(), 10, 64)
-	return err1 == nil && err2 == nil && ra < rb
+	a, err1 := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+	b, err2 := strconv.ParseUint(c.GetResourceVersion(), 10, 64)
+	return err1 == nil && err2 == nil && a < b
 }
 
 // cached returns the object ns/name of s as a *T, or nil; a nil store (an
@@ -207,6 +221,19 @@ func (s *store) byIndex(index, value string) []any {
 		}
 	}
 	return out
+}
+
+// drop takes an object the apiserver just deleted out of the cache, so
+// that the client's next call does not find it; the informer's own delete
+// event finds nothing left to remove.
+func (s *store) drop(obj runtime.Object) {
+	m, ok := obj.(metav1.Object)
+	if s == nil || !ok {
+		return
+	}
+	if inf := s.informerFor(m.GetNamespace()); inf != nil {
+		_ = inf.GetStore().Delete(obj)
+	}
 }
 
 // stripMeta drops what the API never reads from cached objects: managed

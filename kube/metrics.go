@@ -185,7 +185,10 @@ func (c *Cluster) startPoller(ctx context.Context, name string, src MetricsSourc
 }
 
 func (p *metricsPoller) run(ctx context.Context) {
-	defer p.slot.Store(nil)
+	defer func() {
+		p.slot.Store(nil)
+		p.c.metricsGen.Add(1)
+	}()
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
 	for {
@@ -221,6 +224,7 @@ func (p *metricsPoller) poll(ctx context.Context) {
 		next.guests = prev.guests
 	}
 	p.snap.Store(next)
+	p.c.metricsGen.Add(1)
 }
 
 // report logs a failure once, and the recovery once.
@@ -261,6 +265,11 @@ func lookup[K comparable](c *Cluster, k K, part func(*metricsSnapshot) map[K]Usa
 	}
 	return u, found
 }
+
+// MetricsVersion changes whenever a usage reading is published (or a
+// source stops); what NodeMetrics and GuestMetrics return stays the same
+// while it does.
+func (c *Cluster) MetricsVersion() uint64 { return c.metricsGen.Load() }
 
 // NodeMetrics is the last known usage of a Kubernetes node, all sources
 // merged; Has says which fields have a reading.

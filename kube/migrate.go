@@ -51,12 +51,16 @@ func (c *Cluster) startMigrationStore(ctx context.Context) *store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return mig.VirtualMachineInstanceMigrations(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{migrationVMIIndex: func(obj any) ([]string, error) {
-		if m, ok := obj.(*kubevirtv1.VirtualMachineInstanceMigration); ok {
-			return []string{m.Namespace + "/" + m.Spec.VMIName}, nil
-		}
-		return nil, nil
-	}}, stripMeta, func(any, any) { c.Tasks.poke() })
+	}, c.opts.Resync, cache.Indexers{migrationVMIIndex: migrationVMI}, stripMeta, c.Tasks.touchBy(keys(migrationVMI)))
+}
+
+// migrationVMI indexes migrations by the namespace/name of their instance
+// (and VM).
+func migrationVMI(obj any) ([]string, error) {
+	if m, ok := obj.(*kubevirtv1.VirtualMachineInstanceMigration); ok {
+		return []string{m.Namespace + "/" + m.Spec.VMIName}, nil
+	}
+	return nil, nil
 }
 
 const migrationVMIIndex = "vmi"
@@ -94,7 +98,7 @@ func (c *Cluster) CreateMigration(ctx context.Context, g Guest, target Node) (*k
 	if err != nil {
 		return nil, err
 	}
-	c.migrations.put(out)
+	c.migrations.put(out, true)
 	return out, nil
 }
 

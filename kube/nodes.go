@@ -20,6 +20,7 @@ type Node struct {
 }
 
 type nodeTable struct {
+	gen    uint64 // the Cluster's nodeGen it was built at
 	list   []Node
 	byName map[string]int
 	byKube map[string]string
@@ -56,18 +57,22 @@ func nodeReady(n *corev1.Node) bool {
 
 func (c *Cluster) nodeTable() *nodeTable {
 	gen := c.nodeGen.Load()
+	if t := c.nodeTab.Load(); t != nil && t.gen == gen {
+		return t
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.nodeTab != nil && c.nodeTabGen == gen {
-		return c.nodeTab
+	if t := c.nodeTab.Load(); t != nil && t.gen == gen {
+		return t
 	}
 	var nodes []*corev1.Node
 	for _, o := range c.nodes.list() {
 		nodes = append(nodes, o.(*corev1.Node))
 	}
-	c.nodeTab = buildNodeTable(nodes)
-	c.nodeTabGen = gen
-	return c.nodeTab
+	t := buildNodeTable(nodes)
+	t.gen = gen
+	c.nodeTab.Store(t)
+	return t
 }
 
 // Nodes lists the cluster's nodes in name order.

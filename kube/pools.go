@@ -2,34 +2,40 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
-// Pools are namespaces. Only when every namespace is served does the
-// plugin watch Namespace objects, so only then can pools be made, deleted
-// or carry a comment.
+// Pools are records (ConfigMaps in the task namespace, written with the
+// plugin's own account, like task records) plus, as before records
+// existed, the served namespaces. A VM's membership is an annotation on
+// the VM, written as the caller.
 
-// Pool is a served namespace as the pools API sees it.
-type Pool struct {
+// NamespacePool is a served namespace as the pools API sees it.
+type NamespacePool struct {
 	Name string
-	// Comment is the PVE comment (annotation), "" if none.
+	// Comment is the PVE comment of earlier versions (annotation), "" if
+	// none.
 	Comment string
 	// Managed tells that the namespace was created through the pools API
-	// (it carries translate.LabelPool), so the API may delete it.
+	// of earlier versions (it carries translate.LabelPool), so the API may
+	// delete it.
 	Managed bool
 }
 
-// ErrPoolsFixed is returned by pool writes when the served namespaces are
+// ErrPoolsFixed is returned by DeletePool when the served namespaces are
 // a configured list: the plugin does not watch Namespace objects then.
 var ErrPoolsFixed = errors.New("the served namespaces are a configured list")
 
@@ -56,8 +62,7 @@ func (e *PoolNotEmptyError) Error() string {
 	return s
 }
 
-// ServesAll tells whether every namespace is served (no configured list),
-// i.e. whether pools can be created and deleted.
+// ServesAll tells whether every namespace is served (no configured list).
 func (c *Cluster) ServesAll() bool { return len(c.opts.Namespaces) == 0 }
 
 // namespace returns the cached Namespace, in any phase, or nil.
@@ -69,13 +74,13 @@ func (c *Cluster) namespace(name string) *corev1.Namespace {
 // even one being deleted (its name is still taken).
 func (c *Cluster) NamespaceExists(name string) bool { return c.namespace(name) != nil }
 
-// Pool returns a served namespace as a pool. With a configured list only
-// the name is known.
-func (c *Cluster) Pool(name string) (Pool, bool) {
+// NamespacePool returns a served namespace as a pool. With a configured
+// list only the name is known.
+func (c *Cluster) NamespacePool(name string) (NamespacePool, bool) {
 	if !c.Serves(name) {
-		return Pool{}, false
+		return NamespacePool{}, false
 	}
-	p := Pool{Name: name}
+	p := NamespacePool{Name: name}
 	if n := c.namespace(name); n != nil {
 		p.Comment = n.Annotations[translate.AnnotationPoolComment]
 		p.Managed = n.Labels[translate.LabelPool] == "true"
@@ -83,50 +88,176 @@ func (c *Cluster) Pool(name string) (Pool, bool) {
 	return p, true
 }
 
-// CreatePool creates the namespace of a new pool, as the caller, labelled
-// as made through the pools API, with the comment ("" for none).
-func (c *Cluster) CreatePool(ctx context.Context, name, comment string) error {
-	if !c.ServesAll() {
-		return ErrPoolsFixed
+// PoolRecords lists the pool records, by id. A ConfigMap that does not
+// read as a record (edited by hand) is left out and logged.
+func (c *Cluster) PoolRecords() []translate.PoolRecord {
+	var out []translate.PoolRecord
+	for _, o := range c.poolRecords.list() {
+		if r, ok := c.poolRecord(o.(*corev1.ConfigMap)); ok {
+			out = append(out, r)
+		}
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: name,
-		Labels: map[string]string{
-			translate.LabelPool:            "true",
-			"app.kubernetes.io/managed-by": "caddy-proxmox",
+	slices.SortFunc(out, func(a, b translate.PoolRecord) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// PoolRecord returns the record of pool id.
+func (c *Cluster) PoolRecord(id string) (translate.PoolRecord, bool) {
+	cm := cached[corev1.ConfigMap](c.poolRecords, c.opts.TaskNamespace, translate.PoolRecordName(id))
+	if cm == nil {
+		return translate.PoolRecord{}, false
+	}
+	return c.poolRecord(cm)
+}
+
+func (c *Cluster) poolRecord(cm *corev1.ConfigMap) (translate.PoolRecord, bool) {
+	r, err := translate.ParsePoolRecord(cm.Name, cm.Data)
+	if err != nil {
+		c.logger.Warn("ignoring a pool record", zap.String("configmap", cm.Namespace+"/"+cm.Name), zap.Error(err))
+		return translate.PoolRecord{}, false
+	}
+	return r, true
+}
+
+// poolRecordObject is the ConfigMap that holds r.
+func (c *Cluster) poolRecordObject(r translate.PoolRecord) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: translate.PoolRecordName(r.ID), Namespace: c.opts.TaskNamespace,
+			Labels: map[string]string{translate.LabelPoolRecord: "true", "app.kubernetes.io/managed-by": "caddy-proxmox"},
 		},
-	}}
-	if comment != "" {
-		ns.Annotations = map[string]string{translate.AnnotationPoolComment: comment}
+		Data: r.Data(),
 	}
-	out, err := c.as(ctx).kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+}
+
+// CreatePoolRecord writes the record of a new pool. It fails with an
+// AlreadyExists error when the pool has one.
+func (c *Cluster) CreatePoolRecord(ctx context.Context, r translate.PoolRecord) error {
+	out, err := c.own.kube.CoreV1().ConfigMaps(c.opts.TaskNamespace).Create(ctx, c.poolRecordObject(r), metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
-	c.namespaces.put(out)
+	c.poolRecords.put(out, true)
 	return nil
 }
 
-// SetPoolComment sets (or, with "", removes) a pool's comment, as the
-// caller.
-func (c *Cluster) SetPoolComment(ctx context.Context, name, comment string) error {
-	if !c.ServesAll() {
-		return ErrPoolsFixed
+// UpdatePoolRecord changes the record of pool id with change, writing it
+// only if change reports a difference; a pool without a record (a
+// namespace's) gets one. Concurrent writers are serialised by the
+// resourceVersion: on a conflict the record is read again and change is
+// run on what the apiserver holds.
+func (c *Cluster) UpdatePoolRecord(ctx context.Context, id string, change func(*translate.PoolRecord) bool) error {
+	name := translate.PoolRecordName(id)
+	cms := c.own.kube.CoreV1().ConfigMaps(c.opts.TaskNamespace)
+	cur := cached[corev1.ConfigMap](c.poolRecords, c.opts.TaskNamespace, name)
+	for attempt := 0; ; attempt++ {
+		r := translate.PoolRecord{ID: id}
+		if cur != nil {
+			var err error
+			if r, err = translate.ParsePoolRecord(cur.Name, cur.Data); err != nil {
+				return err
+			}
+		}
+		if !change(&r) {
+			return nil
+		}
+		var out *corev1.ConfigMap
+		var err error
+		if cur == nil {
+			out, err = cms.Create(ctx, c.poolRecordObject(r), metav1.CreateOptions{})
+		} else {
+			next := cur.DeepCopy()
+			next.Data = r.Data()
+			out, err = cms.Update(ctx, next, metav1.UpdateOptions{})
+		}
+		if err == nil {
+			c.poolRecords.put(out, cur == nil)
+			return nil
+		}
+		if !(apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) || attempt == 4 {
+			return err
+		}
+		switch cur, err = cms.Get(ctx, name, metav1.GetOptions{}); {
+		case apierrors.IsNotFound(err):
+			cur = nil
+		case err != nil:
+			return err
+		}
 	}
-	var v any
-	if comment != "" {
-		v = comment
+}
+
+// DeletePoolRecord deletes the record of pool id, guarded by the UID and
+// resourceVersion it was read with from the cache: a record changed
+// meanwhile (a storage joined) is not deleted (a Conflict error).
+func (c *Cluster) DeletePoolRecord(ctx context.Context, id string) error {
+	cm := cached[corev1.ConfigMap](c.poolRecords, c.opts.TaskNamespace, translate.PoolRecordName(id))
+	if cm == nil {
+		return apierrors.NewNotFound(corev1.Resource("configmaps"), translate.PoolRecordName(id))
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{translate.AnnotationPoolComment: v}}})
-	if err != nil {
-		return fmt.Errorf("encoding patch: %w", err)
-	}
-	out, err := c.as(ctx).kube.CoreV1().Namespaces().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
-	if err != nil {
+	uid, rv := cm.UID, cm.ResourceVersion
+	err := c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	c.namespaces.put(out)
+	c.poolRecords.drop(cm)
 	return nil
+}
+
+// SetGuestPool writes a VM's pool annotation as the caller: pool names
+// the pool ("" none); nil removes the annotation, so that the VM's
+// namespace decides. The write is guarded by the UID and resourceVersion
+// of the VM as read; when something else changed the VM meanwhile (its
+// status, KubeVirt's controllers) it is read again and written if its
+// pool annotation is still the one g has. A VM whose pool changed
+// meanwhile is not written (ErrModified).
+func (c *Cluster) SetGuestPool(ctx context.Context, g Guest, pool *string) error {
+	was, wasSet := g.PoolAnnotation()
+	for attempt := 0; ; attempt++ {
+		out, err := c.patchGuestPool(ctx, g, pool)
+		if err == nil {
+			if out != nil {
+				c.cacheVM(out)
+			}
+			return nil
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+		fresh, gerr := c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
+		if gerr != nil || attempt == 4 || fresh.UID != g.VM.UID {
+			return fmt.Errorf("%w: %v", ErrModified, err)
+		}
+		g.VM = fresh
+		if now, set := g.PoolAnnotation(); now != was || set != wasSet {
+			return fmt.Errorf("%w: its pool changed", ErrModified)
+		}
+	}
+}
+
+// patchGuestPool is one guarded write of SetGuestPool; nil, nil when
+// there is nothing to write.
+func (c *Cluster) patchGuestPool(ctx context.Context, g Guest, pool *string) (*kubevirtv1.VirtualMachine, error) {
+	key := "/metadata/annotations/" + jsonPointerEscape(translate.AnnotationPool)
+	ops := []patchOp{
+		{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)},
+		{Op: "test", Path: "/metadata/resourceVersion", Value: g.VM.ResourceVersion},
+	}
+	_, had := g.PoolAnnotation()
+	switch {
+	case pool == nil && !had:
+		return nil, nil
+	case pool == nil:
+		ops = append(ops, patchOp{Op: "remove", Path: key})
+	default:
+		// An empty map is not in the JSON the patch applies to either.
+		if len(g.VM.Annotations) == 0 {
+			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
+		}
+		ops = append(ops, patchOp{Op: "add", Path: key, Value: *pool})
+	}
+	return c.jsonPatchVM(ctx, g, ops)
 }
 
 // poolDrainTimeout bounds how long DeletePool waits for contents that are
@@ -189,7 +320,7 @@ func (c *Cluster) DeletePool(ctx context.Context, name string) error {
 	now := metav1.Now()
 	gone.DeletionTimestamp = &now
 	gone.Status.Phase = corev1.NamespaceTerminating
-	c.namespaces.put(gone)
+	c.namespaces.put(gone, false)
 	return nil
 }
 

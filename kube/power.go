@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -76,7 +79,9 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 				return err
 			}
 		}
-		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
+		return lifecycle(g, func() error {
+			return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Start(ctx, g.Name(), &kubevirtv1.StartOptions{})
+		})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyRerunOnFailure)
 }
@@ -86,9 +91,80 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 // stop exists.
 func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error {
 	if c.power.detect(ctx) {
-		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
+		return lifecycle(g, func() error {
+			return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Stop(ctx, g.Name(), &kubevirtv1.StopOptions{GracePeriod: gracePeriod})
+		})
 	}
 	return c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyHalted)
+}
+
+// StartPending tells whether vm carries a start request KubeVirt has not
+// acted on yet: virt-api's start subresource queues it in the VM's status,
+// and virt-controller creates the instance, and drops the request, only once
+// the VM's volumes are ready.
+func StartPending(vm *kubevirtv1.VirtualMachine) bool {
+	for _, r := range vm.Status.StateChangeRequests {
+		if r.Action == kubevirtv1.StartRequest {
+			return true
+		}
+	}
+	return false
+}
+
+// stopAfterStartPoll is how often StopAfterStart looks for the instance.
+const stopAfterStartPoll = 100 * time.Millisecond
+
+// StopAfterStart stops g once KubeVirt has created the instance of its
+// pending start request (StartPending), for the running task upid of goal
+// GoalStoppedAfterStart. virt-api refuses to stop a VM without an instance
+// (409 "VM is not running") and has no way to withdraw a start request, so
+// a stop that came while the start waited would be overtaken by it; like a
+// PVE stop waiting for the start's lock, this one acts once the start has
+// happened. It gives up when the task ends (the start failed, a later
+// request superseded it, its deadline passed) or the cluster stops; a
+// refused stop ends the task with the refusal. The stop is made as ctx's
+// caller, after ctx itself is done.
+func (c *Cluster) StopAfterStart(ctx context.Context, g Guest, gracePeriod *int64, upid string) {
+	ctx = context.WithoutCancel(ctx)
+	life := c.life
+	if life == nil { // not started: nothing ends it but the task
+		life = context.Background()
+	}
+	go func() {
+		tick := time.NewTicker(stopAfterStartPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-life.Done():
+				return
+			case <-tick.C:
+			}
+			if t, err := c.Tasks.Get(ctx, upid); err != nil || !t.Running() {
+				return
+			}
+			// The start has happened once the instance exists and
+			// virt-controller has dropped the request: virt-api's stop
+			// patches the requests guarded by a test of their current
+			// value, which fails while the controller is still dropping it.
+			vm, _ := c.vms.get(g.Namespace(), g.Name()).(*kubevirtv1.VirtualMachine)
+			if vm == nil || vm.UID != g.VM.UID {
+				return
+			}
+			vmi, _ := c.vmis.get(g.Namespace(), g.Name()).(*kubevirtv1.VirtualMachineInstance)
+			if StartPending(vm) || vmi == nil || vmi.IsFinal() || !metav1.IsControlledBy(vmi, g.VM) {
+				continue
+			}
+			if err := c.StopVM(ctx, g, gracePeriod); err != nil {
+				c.logger.Warn("stop after the pending start", zap.String("upid", upid), zap.Error(err))
+				msg := err.Error()
+				if m, ok := StatusMessage(err); ok {
+					msg = m
+				}
+				c.Tasks.fail(ctx, upid, msg)
+			}
+			return
+		}
+	}()
 }
 
 // RestartVM stops and starts the VM, applying pending changes. Without
@@ -98,7 +174,9 @@ func (c *Cluster) StopVM(ctx context.Context, g Guest, gracePeriod *int64) error
 // Always first.
 func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
 	if c.power.detect(ctx) {
-		return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
+		return lifecycle(g, func() error {
+			return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
+		})
 	}
 	rs, _ := g.VM.RunStrategy()
 	if rs != kubevirtv1.RunStrategyAlways && rs != kubevirtv1.RunStrategyOnce {
@@ -137,6 +215,30 @@ func (c *Cluster) UnpauseVM(ctx context.Context, g Guest) error {
 	return c.as(ctx).kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Unpause(ctx, g.Name(), &kubevirtv1.UnpauseOptions{})
 }
 
+// lifecycleBackoff spaces the retries of a lifecycle call that lost a race
+// (about 5 s in all: another call's start or stop request is consumed by
+// virt-controller within moments).
+var lifecycleBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 10, Cap: time.Second}
+
+// lifecycle makes a virt-api lifecycle call (start, stop, restart) for g,
+// asking again while it loses a race with another change of the VM
+// (lostPatchRace): virt-api reads the VM afresh on every call, so the
+// next answer is the real one (e.g. "VM is already running"). A race still
+// lost after the retries is said in PVE's terms, not virt-api's.
+func lifecycle(g Guest, call func() error) error {
+	err := retry.OnError(lifecycleBackoff, lostPatchRace, call)
+	msg, _ := StatusMessage(err)
+	switch {
+	case lostPatchRace(err):
+		return fmt.Errorf("VM %d is busy: another start, stop or reboot of it is under way; try again", g.VMID)
+	case apierrors.IsConflict(err) && strings.HasSuffix(msg, "VM is already running"):
+		return fmt.Errorf("VM %d already running", g.VMID) // qemu-server's words
+	case apierrors.IsConflict(err) && strings.HasSuffix(msg, "VM is not running"):
+		return fmt.Errorf("VM %d not running", g.VMID)
+	}
+	return err
+}
+
 // setRunStrategy replaces spec.runStrategy (and drops the deprecated
 // spec.running) with a JSON patch guarded by the VM's UID, so a VM
 // recreated under the same name is never touched by mistake.
@@ -157,7 +259,7 @@ type patchOp struct {
 
 func (c *Cluster) patchVM(ctx context.Context, g Guest, ops []patchOp) error {
 	_, err := c.jsonPatchVM(ctx, g, ops)
-	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+	if apierrors.IsConflict(err) || patchTestFailed(err) {
 		return fmt.Errorf("VM %s/%s changed while being updated (retry): %w", g.Namespace(), g.Name(), err)
 	}
 	return err

@@ -19,7 +19,7 @@ func TestPrivilegeAccess(t *testing.T) {
 	admin := rule{"*", "*", "", "*", false}
 	want := map[string]rule{
 		"VM.Audit":                   vm("list"),
-		"Pool.Audit":                 vm("list"),
+		"Pool.Audit":                 {"pve.caddy-proxmox.io", "pools", "", "get", false},
 		"VM.PowerMgmt":               {"subresources.kubevirt.io", "virtualmachines", "start", "update", true},
 		"VM.Console":                 {"subresources.kubevirt.io", "virtualmachineinstances", "vnc", "get", true},
 		"VM.Allocate":                vm("create"),
@@ -40,7 +40,7 @@ func TestPrivilegeAccess(t *testing.T) {
 		"VM.Migrate":                 {"kubevirt.io", "virtualmachineinstancemigrations", "", "create", true},
 		"Sys.Audit":                  {"", "nodes", "", "list", false},
 		"Datastore.Audit":            {"storage.k8s.io", "storageclasses", "", "list", false},
-		"Pool.Allocate":              {"", "namespaces", "", "create", false},
+		"Pool.Allocate":              {"pve.caddy-proxmox.io", "pools", "", "update", false},
 		"Datastore.AllocateSpace":    {"", "persistentvolumeclaims", "", "create", true},
 		"Datastore.AllocateTemplate": {"cdi.kubevirt.io", "datavolumes", "", "create", true},
 		"Datastore.Allocate":         {"", "persistentvolumeclaims", "", "delete", true},

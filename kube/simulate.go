@@ -3,17 +3,19 @@ package kube
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/fleet"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
 
 // Simulate starts a Cluster over an in-memory cluster: fake client sets
-// seeded with a small lab (plus extraVMs plain VMs), driven by the KubeVirt
+// seeded with a small lab (plus extraVMs VMs as fleet makes them), driven by the KubeVirt
 // stand-in controller and virt-api console server of kubevirtsim. It is
 // the same code as a real cluster's above the clients; Stop ends the
 // simulator too. This is why `simulate` ships kubevirtsim and client-go's
@@ -30,7 +32,11 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 				nodes = append(nodes, n.Name)
 			}
 		}
-		objs = append(objs, kubevirtsim.BulkVMs("default", extraVMs, 1000, nodes)...)
+		bulk, err := fleet.Objects(fleet.Spec{Namespace: "default", N: extraVMs, FirstVMID: 1000, Nodes: nodes})
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, bulk...)
 	}
 	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(objs...)
 	simCtx, cancel := context.WithCancel(context.Background())
@@ -41,12 +47,17 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 		DataVolumeDelay: 2 * time.Second,
 		SnapshotDelay:   time.Second,
 		MigrationDelay:  time.Second,
-		Logger:          opts.Logger.Named("simulator"),
+		// A guest with agent=1 answers virt-handler's first poll once it
+		// has booted.
+		AgentDelay: 2 * time.Second,
+		Logger:     opts.Logger.Named("simulator"),
 	})
 	go func() { _ = ctrl.Run(simCtx) }()
 	go forgetActions(simCtx, kc, kv, cdi)
 	opts.AssumeKubeVirtAPIs = true
 	opts.CDI = cdi
+	// The simulated cdi-uploadproxy answers in process.
+	opts.UploadProxy = &UploadProxyConfig{URL: "https://cdi-uploadproxy.cdi.svc", Client: &http.Client{Transport: cdi.(*kubevirtsim.FakeCDIClientset).UploadProxy().Transport()}}
 	opts.Metrics = simulatedMetrics(kubevirtsim.NewMetrics(kc, kv))
 	if opts.MetricsInterval == 0 {
 		opts.MetricsInterval = 5 * time.Second

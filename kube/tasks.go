@@ -18,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -47,6 +49,10 @@ const (
 	GoalPaused    Goal = "paused"    // the instance is paused
 	GoalResumed   Goal = "resumed"   // the instance runs unpaused
 	GoalRestarted Goal = "restarted" // a new instance (not PrevVMI) runs
+	// GoalStoppedAfterStart: a stop asked for while KubeVirt still had a
+	// start request to act on (see Cluster.StopAfterStart). No instance
+	// means stopped only once the start request is gone or has failed.
+	GoalStoppedAfterStart Goal = "stopped-after-start"
 	// GoalProvisioned: the VM's volumes are ready (no longer Provisioning).
 	GoalProvisioned Goal = "provisioned"
 	// GoalSnapshotReady, GoalSnapshotGone and GoalRestored are about the
@@ -118,25 +124,128 @@ type Tasks struct {
 	c      *Cluster
 	mu     sync.Mutex
 	recent map[string]*Task // written here, maybe not yet in the informer
-	pokeCh chan struct{}
+	// recentFor indexes recent by subject (see Task.subject).
+	recentFor map[string]map[string]*Task
+	// queue holds the subjects whose running tasks are to be evaluated,
+	// or allTasks; its worker is run. Cluster events add the subjects they
+	// are about, so that an event costs the tasks it may end, not every
+	// running task.
+	queue workqueue.TypedInterface[string]
 	// Retention is how long ended tasks are kept.
 	Retention time.Duration
-	// Interval is the fallback re-evaluation period (watch events drive the
-	// rest).
+	// Interval is the period of the pass over every running task, for
+	// deadlines and the goals that wait on time rather than on an event
+	// (the rest is driven by the events of the objects they are about).
 	Interval time.Duration
-	// passes counts the worker's completed passes over the running tasks,
+	// evaluations counts goal evaluations, for the benchmark.
+	evaluations atomic.Int64
+	// passes counts the worker's completed passes over every running task,
 	// so that tests can wait for it to have looked at a task.
 	passes atomic.Uint64
 }
 
+// allTasks is the queue key of a pass over every running task; no
+// namespace/name subject has this form.
+const allTasks = "*"
+
 func newTasks(c *Cluster) *Tasks {
-	return &Tasks{c: c, recent: map[string]*Task{}, pokeCh: make(chan struct{}, 1), Retention: 24 * time.Hour, Interval: time.Second}
+	return &Tasks{c: c, recent: map[string]*Task{}, recentFor: map[string]map[string]*Task{}, Retention: 24 * time.Hour, Interval: time.Second}
 }
 
-func (ts *Tasks) poke() {
-	select {
-	case ts.pokeCh <- struct{}{}:
-	default:
+// subject is the namespace/name of the object a task waits on: the VM,
+// or the DataVolume or claim of the storage tasks.
+func (t *Task) subject() string { return t.namespace + "/" + t.name }
+
+// touch asks for the running tasks about the objects namespace/name to be
+// evaluated again. Before the worker runs (and after it stopped) it does
+// nothing: the worker's first pass covers every task.
+func (ts *Tasks) touch(keys ...string) {
+	q := ts.queued()
+	if q == nil {
+		return
+	}
+	for _, k := range keys {
+		q.Add(k)
+	}
+}
+
+func (ts *Tasks) queued() workqueue.TypedInterface[string] {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.queue
+}
+
+// poke asks for a pass over every running task.
+func (ts *Tasks) poke() { ts.touch(allTasks) }
+
+// touchBy is a store's changeFunc: it touches what keys names of the old
+// and the new object (a change may move an object from one to another).
+func (ts *Tasks) touchBy(keys func(obj any) []string) changeFunc {
+	return func(old, new any) {
+		for _, o := range [2]any{old, new} {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if o != nil {
+				ts.touch(keys(o)...)
+			}
+		}
+	}
+}
+
+// ownKey names the object itself: the subject of tasks about a VM, its
+// instance, a DataVolume or a claim.
+func ownKey(obj any) []string {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil
+	}
+	return []string{m.GetNamespace() + "/" + m.GetName()}
+}
+
+// ownerKeys names the object and its owners (a DataVolume's VM).
+func ownerKeys(obj any) []string {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil
+	}
+	out := []string{m.GetNamespace() + "/" + m.GetName()}
+	for _, r := range m.GetOwnerReferences() {
+		out = append(out, m.GetNamespace()+"/"+r.Name)
+	}
+	return out
+}
+
+// keys adapts an index function to touchBy.
+func keys(index cache.IndexFunc) func(obj any) []string {
+	return func(obj any) []string {
+		out, _ := index(obj)
+		return out
+	}
+}
+
+// rememberLocked keeps t in recent (under ts.mu).
+func (ts *Tasks) rememberLocked(t *Task) {
+	key := t.UPID.String()
+	ts.recent[key] = t
+	if ts.recentFor[t.subject()] == nil {
+		ts.recentFor[t.subject()] = map[string]*Task{}
+	}
+	ts.recentFor[t.subject()][key] = t
+}
+
+// forgetLocked drops a task from recent (under ts.mu).
+func (ts *Tasks) forgetLocked(upid string) {
+	t := ts.recent[upid]
+	if t == nil {
+		return
+	}
+	delete(ts.recent, upid)
+	if m := ts.recentFor[t.subject()]; m != nil {
+		delete(m, upid)
+		if len(m) == 0 {
+			delete(ts.recentFor, t.subject())
+		}
 	}
 }
 
@@ -182,9 +291,11 @@ func (ts *Tasks) Begin(ctx context.Context, spec TaskSpec) (*Task, error) {
 	// it (a goal met already) and write to it under ts.mu.
 	out := t.copy()
 	ts.mu.Lock()
-	ts.recent[u.String()] = t
+	ts.rememberLocked(t)
 	ts.mu.Unlock()
-	ts.poke()
+	// Its own subject: the new task may be done already, and it ends the
+	// earlier tasks on the VM that want another power state.
+	ts.touch(t.subject())
 	return out, nil
 }
 
@@ -254,17 +365,47 @@ func (ts *Tasks) List(node string) []*Task {
 // running returns the tasks not yet ended, through the status index so that
 // a long history costs nothing per evaluation.
 func (ts *Tasks) running() []*Task {
+	ts.mu.Lock()
+	recent := make([]*Task, 0, len(ts.recent))
+	for _, t := range ts.recent {
+		recent = append(recent, t)
+	}
+	ts.mu.Unlock()
+	return ts.runningOf(recent, ts.c.tasks.byIndex(taskStatusIndex, "running"))
+}
+
+// runningFor returns the running tasks about subject (namespace/name),
+// through the subject index.
+func (ts *Tasks) runningFor(subject string) []*Task {
+	ts.mu.Lock()
+	var recent []*Task
+	for _, t := range ts.recentFor[subject] {
+		recent = append(recent, t)
+	}
+	ts.mu.Unlock()
+	var cms []any
+	for _, o := range ts.c.tasks.byIndex(taskVMIndex, subject) {
+		if cm := o.(*corev1.ConfigMap); cm.Data["status"] == "running" {
+			cms = append(cms, cm)
+		}
+	}
+	return ts.runningOf(recent, cms)
+}
+
+// runningOf merges the running ones among recent, which win, and the
+// records cms.
+func (ts *Tasks) runningOf(recent []*Task, cms []any) []*Task {
 	var out []*Task
 	seen := map[string]bool{}
 	ts.mu.Lock()
-	for _, t := range ts.recent {
+	for _, t := range recent {
 		if t.Running() {
 			out = append(out, t.copy())
 			seen[t.cmName] = true
 		}
 	}
 	ts.mu.Unlock()
-	for _, o := range ts.c.tasks.byIndex(taskStatusIndex, "running") {
+	for _, o := range cms {
 		cm := o.(*corev1.ConfigMap)
 		if seen[cm.Name] {
 			continue
@@ -306,41 +447,75 @@ func (ts *Tasks) lookup(ctx context.Context, u translate.UPID) *Task {
 	return t
 }
 
-// run re-evaluates running tasks whenever the cluster changes, finishes
-// those whose goal is met or whose deadline passed, and prunes old ones.
+// run evaluates running tasks as the cluster changes, finishes those whose
+// goal is met or whose deadline passed, and prunes old ones. Events queue
+// the subjects they are about (touch), and only those subjects' tasks are
+// evaluated; every Interval, and after an outage, all are.
 func (ts *Tasks) run(ctx context.Context) {
-	tick := time.NewTicker(ts.Interval)
-	defer tick.Stop()
+	q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: ""})
+	ts.mu.Lock()
+	ts.queue = q
+	ts.mu.Unlock()
+	defer func() {
+		ts.mu.Lock()
+		ts.queue = nil
+		ts.mu.Unlock()
+	}()
+	q.Add(allTasks) // what happened before the worker ran
+	go func() {
+		tick := time.NewTicker(ts.Interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				q.ShutDown()
+				return
+			case <-tick.C:
+				q.Add(allTasks)
+			}
+		}
+	}()
 	// The first prune waits a minute too: a replica that just started
 	// has nothing urgent to delete, and tests that prune by hand are not
 	// raced by it.
 	lastPrune := time.Now()
 	for {
-		select {
-		case <-ctx.Done():
+		key, shutdown := q.Get()
+		if shutdown || ctx.Err() != nil {
 			return
-		case <-tick.C:
-		case <-ts.pokeCh:
 		}
-		// Stale caches must not end tasks: a goal met during an outage
-		// shows only once the caches follow the cluster again.
-		if ts.c.Healthy() != nil {
-			ts.passes.Add(1)
+		ts.sync(ctx, key)
+		q.Done(key)
+		if key != allTasks {
 			continue
 		}
-		now := time.Now()
-		for _, t := range ts.running() {
-			if done, exit, lines := ts.evaluate(t, now); done {
-				t.Log = append(t.Log, lines...)
-				t.finish(exit, now)
-				ts.persist(ctx, t)
-			}
-		}
-		if now.Sub(lastPrune) > time.Minute {
+		if now := time.Now(); now.Sub(lastPrune) > time.Minute {
 			lastPrune = now
 			ts.prune(ctx, now)
 		}
 		ts.passes.Add(1)
+	}
+}
+
+// sync evaluates the running tasks of one queue key.
+func (ts *Tasks) sync(ctx context.Context, key string) {
+	// Stale caches must not end tasks: a goal met during an outage shows
+	// only once the caches follow the cluster again, at the next pass over
+	// all of them.
+	if ts.c.Healthy() != nil {
+		return
+	}
+	tasks := ts.running
+	if key != allTasks {
+		tasks = func() []*Task { return ts.runningFor(key) }
+	}
+	now := time.Now()
+	for _, t := range tasks() {
+		if done, exit, lines := ts.evaluate(t, now); done {
+			t.Log = append(t.Log, lines...)
+			t.finish(exit, now)
+			ts.persist(ctx, t)
+		}
 	}
 }
 
@@ -375,7 +550,7 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) {
 		return
 	}
 	ts.mu.Lock()
-	delete(ts.recent, t.UPID.String())
+	ts.forgetLocked(t.UPID.String())
 	ts.mu.Unlock()
 }
 
@@ -392,7 +567,7 @@ func (ts *Tasks) prune(ctx context.Context, now time.Time) {
 		// Tasks that ended at once (GoalNone, spec.Err) are never persisted
 		// again, so only this drops them from the write-through map.
 		ts.mu.Lock()
-		delete(ts.recent, t.UPID.String())
+		ts.forgetLocked(t.UPID.String())
 		ts.mu.Unlock()
 	}
 }
@@ -410,6 +585,7 @@ func stopRequestPending(vm *kubevirtv1.VirtualMachine) bool {
 
 // evaluate decides whether a running task's goal is met.
 func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log []string) {
+	ts.evaluations.Add(1)
 	var vm *kubevirtv1.VirtualMachine
 	if o := ts.c.vms.get(t.namespace, t.name); o != nil {
 		if v := o.(*kubevirtv1.VirtualMachine); v.UID == t.uid {
@@ -437,6 +613,17 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vm == nil || (final && !stopRequestPending(vm)) {
 			return true, translate.ExitOK, nil
 		}
+	case GoalStoppedAfterStart:
+		// virt-controller drops the start request in the status update
+		// that sets Created: a cached VM without the request but not yet
+		// its instance (the caches follow separate watches) reads Created.
+		if vm == nil {
+			return true, translate.ExitOK, nil
+		}
+		starting := StartPending(vm) || vm.Status.Created
+		if final && (!starting || reason(vm) != "") {
+			return true, translate.ExitOK, nil
+		}
 	case GoalProvisioned:
 		if vm == nil {
 			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
@@ -461,12 +648,18 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 				return true, translate.ExitOK, nil
 			}
 		}
+	case GoalMoved:
+		if done, exit, lines := ts.evaluateMoved(t, vm, now); done {
+			return done, exit, lines
+		}
 	case GoalSnapshotReady:
 		exists, ready, failure := ts.c.snapshotState(t.namespace, t.object)
 		switch {
 		case failure != "":
 			return true, failure, nil
-		case ready:
+		case ready && !lockedBy(vm, t.object, false):
+			// KubeVirt marks the snapshot ready, then lets go of the
+			// VM; PVE's task ends once its lock is gone.
 			return true, translate.ExitOK, nil
 		case !exists && now.Sub(time.Unix(t.UPID.StartTime, 0)) > 10*time.Second:
 			return true, "snapshot " + t.object + " was deleted", nil
@@ -497,8 +690,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			}
 		case dv.Status.Phase == cdiv1.Succeeded:
 			var lines []string
-			if dv.Spec.Source != nil && dv.Spec.Source.HTTP != nil {
-				lines = append(lines, fmt.Sprintf("download of '%s' to '%s' finished", dv.Spec.Source.HTTP.URL, ClaimPath(t.namespace, t.name)))
+			switch src := dv.Spec.Source; {
+			case src != nil && src.HTTP != nil:
+				lines = append(lines, fmt.Sprintf("download of '%s' to '%s' finished", src.HTTP.URL, ClaimPath(t.namespace, t.name)))
+			case src != nil && src.Upload != nil:
+				lines = append(lines, "finished file import successfully")
 			}
 			return true, translate.ExitOK, lines
 		default:
@@ -514,10 +710,10 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			}
 			return true, translate.ExitOK, lines
 		}
-	case GoalSession:
+	case GoalSession, GoalWorker:
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
-		if _, complete := ts.c.restoreState(t.namespace, t.object); complete {
+		if _, complete := ts.c.restoreState(t.namespace, t.object); complete && !lockedBy(vm, t.object, true) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := ts.c.reapplySnapshotConfig(ctx, t.namespace, t.object)
 			cancel()
@@ -559,8 +755,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	// A deadline that passed during an outage is extended briefly: the controllers catch up only once the cluster
 	// answers again, and the task should tell what really happened.
 	if now.After(t.deadline) && now.Sub(ts.c.health.recovered()) > outageGrace {
-		if t.goal == GoalSession {
+		switch t.goal {
+		case GoalSession:
 			return true, sessionTimeoutExit(t), nil
+		case GoalWorker:
+			return true, ExitWorkerLost, nil
 		}
 		switch t.goal {
 		case GoalImported:
@@ -625,6 +824,20 @@ func startBlocked(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineI
 		return fmt.Sprintf("the VM's volumes are not bound after %s (KubeVirt status: %s)%s", volumeBindingGrace, st, reason(vm))
 	}
 	return ""
+}
+
+// fail ends the running task upid with exit, as its worker would.
+func (ts *Tasks) fail(ctx context.Context, upid, exit string) {
+	u, err := translate.ParseUPID(upid)
+	if err != nil {
+		return
+	}
+	t := ts.lookup(ctx, u)
+	if t == nil || !t.Running() {
+		return
+	}
+	t.finish(exit, time.Now())
+	ts.persist(ctx, t)
 }
 
 func reason(vm *kubevirtv1.VirtualMachine) string {
@@ -725,7 +938,7 @@ func powerSense(g Goal) int {
 	switch g {
 	case GoalRunning, GoalRestarted, GoalResumed:
 		return 1
-	case GoalStopped:
+	case GoalStopped, GoalStoppedAfterStart:
 		return 2
 	case GoalPaused:
 		return 3

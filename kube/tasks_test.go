@@ -631,3 +631,126 @@ func TestTaskWaitsOutOutage(t *testing.T) {
 		t.Fatalf("after the outage: %q", end.ExitStatus)
 	}
 }
+
+// TestTaskStopAfterPendingStart: a stop that comes while KubeVirt has not
+// yet acted on a start request (no instance; virt-controller waits for the
+// VM's volumes) neither ends at once, leaving the start to bring the VM up
+// after it, nor waits for a stop nobody asked for: it stops the instance
+// once KubeVirt creates it, and ends when it is gone.
+func TestTaskStopAfterPendingStart(t *testing.T) {
+	e := newEnv(t, envOptions{}) // no controller: this test plays it
+	c := e.cluster(Options{}, true)
+	g := mustGuest(t, c, 101) // win-11: no instance
+	if err := c.StartVM(e.ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the start request in the cache", func() (bool, string) {
+		g = mustGuest(t, c, 101)
+		return StartPending(g.VM), fmt.Sprint(g.VM.Status.StateChangeRequests)
+	})
+	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStoppedAfterStart, translate.TaskStop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.StopAfterStart(e.ctx, g, nil, task.UPID.String())
+	waitPasses(t, c, 3)
+	if got, err := c.Tasks.Get(e.ctx, task.UPID.String()); err != nil || !got.Running() {
+		t.Fatalf("stop ended before the pending start was acted on: %v %v", got, err)
+	}
+
+	// KubeVirt acts on the start: the instance, then the request dropped.
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{
+		Name: g.Name(), Namespace: g.Namespace(),
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(g.VM, kubevirtv1.VirtualMachineGroupVersionKind)},
+	}, Status: kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Scheduling}}
+	if _, err := e.kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Create(e.ctx, vmi, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vm := e.mustGetVM(g.Namespace(), g.Name())
+	vm.Status.StateChangeRequests, vm.Status.Created = nil, true
+	if _, err := e.kv.KubevirtV1().VirtualMachines(vm.Namespace).UpdateStatus(e.ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a stop request for the instance", func() (bool, string) {
+		vm := e.mustGetVM(g.Namespace(), g.Name())
+		for _, r := range vm.Status.StateChangeRequests {
+			if r.Action == kubevirtv1.StopRequest {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(vm.Status.StateChangeRequests)
+	})
+	if got, err := c.Tasks.Get(e.ctx, task.UPID.String()); err != nil || !got.Running() {
+		t.Fatalf("stop ended while the instance exists: %v %v", got, err)
+	}
+	if err := e.kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Delete(e.ctx, g.Name(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vm = e.mustGetVM(g.Namespace(), g.Name())
+	vm.Status.StateChangeRequests, vm.Status.Created = nil, false
+	if _, err := e.kv.KubevirtV1().VirtualMachines(vm.Namespace).UpdateStatus(e.ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if end := waitTaskEnd(t, c, task.UPID.String()); end.ExitStatus != translate.ExitOK {
+		t.Fatalf("stop ended %q", end.ExitStatus)
+	}
+}
+
+// TestTaskStopAfterFailedStart: a stop waiting for a pending start ends OK
+// when KubeVirt reports that it cannot create the instance.
+func TestTaskStopAfterFailedStart(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c := e.cluster(Options{}, true)
+	g := mustGuest(t, c, 101)
+	if err := c.StartVM(e.ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the start request in the cache", func() (bool, string) {
+		g = mustGuest(t, c, 101)
+		return StartPending(g.VM), fmt.Sprint(g.VM.Status.StateChangeRequests)
+	})
+	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStoppedAfterStart, translate.TaskStop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPasses(t, c, 3)
+	if got, err := c.Tasks.Get(e.ctx, task.UPID.String()); err != nil || !got.Running() {
+		t.Fatalf("stop ended before the pending start was acted on: %v %v", got, err)
+	}
+	vm := e.mustGetVM(g.Namespace(), g.Name())
+	vm.Status.Conditions = append(vm.Status.Conditions, kubevirtv1.VirtualMachineCondition{
+		Type: kubevirtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate",
+		Message: "Failure while starting VMI: admission webhook denied the request"})
+	if _, err := e.kv.KubevirtV1().VirtualMachines(vm.Namespace).UpdateStatus(e.ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if end := waitTaskEnd(t, c, task.UPID.String()); end.ExitStatus != translate.ExitOK {
+		t.Fatalf("stop ended %q", end.ExitStatus)
+	}
+}
+
+// TestTaskStopAfterStartOfDeletedVM: a stop waiting for a pending start
+// ends OK when the VM is deleted meanwhile (it read the gone VM's status
+// and brought the task worker down).
+func TestTaskStopAfterStartOfDeletedVM(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c := e.cluster(Options{}, true)
+	g := mustGuest(t, c, 101)
+	if err := c.StartVM(e.ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the start request in the cache", func() (bool, string) {
+		g = mustGuest(t, c, 101)
+		return StartPending(g.VM), fmt.Sprint(g.VM.Status.StateChangeRequests)
+	})
+	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStoppedAfterStart, translate.TaskStop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.kv.KubevirtV1().VirtualMachines(g.Namespace()).Delete(e.ctx, g.Name(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if end := waitTaskEnd(t, c, task.UPID.String()); end.ExitStatus != translate.ExitOK {
+		t.Fatalf("stop ended %q", end.ExitStatus)
+	}
+}

@@ -33,6 +33,7 @@ func (e *AmbiguousError) Error() string {
 // every id already taken. Older VMs are assigned first so that a new VM
 // never takes an id an existing one already shows.
 type vmidTable struct {
+	gen       uint64 // the Cluster's vmidGen it was built at
 	byID      map[int]string
 	byKey     map[string]int
 	ambiguous map[int][]string
@@ -113,19 +114,23 @@ func (t *vmidTable) resolve(id int) (string, error) {
 // added, removed or relabelled since the last call.
 func (c *Cluster) table() *vmidTable {
 	gen := c.vmidGen.Load()
+	if t := c.vmidTab.Load(); t != nil && t.gen == gen {
+		return t
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.vmidTab != nil && c.vmidTabGen == gen {
-		return c.vmidTab
+	if t := c.vmidTab.Load(); t != nil && t.gen == gen {
+		return t
 	}
 	objs := c.vms.list()
 	vms := make([]*kubevirtv1.VirtualMachine, 0, len(objs))
 	for _, o := range objs {
 		vms = append(vms, o.(*kubevirtv1.VirtualMachine))
 	}
-	c.vmidTab = buildVMIDTable(vms)
-	c.vmidTabGen = gen
-	return c.vmidTab
+	t := buildVMIDTable(vms)
+	t.gen = gen
+	c.vmidTab.Store(t)
+	return t
 }
 
 // VMIDTaken tells whether id is shown by, or claimed by, any VM.

@@ -234,7 +234,9 @@ func TestVMIDTableTakenAndNotFound(t *testing.T) {
 
 // tableCluster is a Cluster whose vmid table is fixed (no informers).
 func tableCluster(vms ...*kubevirtv1.VirtualMachine) *Cluster {
-	return &Cluster{vmidTab: buildVMIDTable(vms)}
+	c := &Cluster{}
+	c.vmidTab.Store(buildVMIDTable(vms))
+	return c
 }
 
 func TestNextVMID(t *testing.T) {

@@ -30,8 +30,12 @@ func pvcStorageIndexFunc(obj any) ([]string, error) {
 // ClaimsOf lists the cached claims of a StorageClass (a PVE storage), by
 // namespace and name.
 func (c *Cluster) ClaimsOf(storageClass string) []*corev1.PersistentVolumeClaim {
-	var out []*corev1.PersistentVolumeClaim
-	for _, o := range c.pvcs.byIndex(pvcStorageIndex, storageClass) {
+	return sortedClaims(c.pvcs.byIndex(pvcStorageIndex, storageClass))
+}
+
+func sortedClaims(objs []any) []*corev1.PersistentVolumeClaim {
+	out := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
+	for _, o := range objs {
 		out = append(out, o.(*corev1.PersistentVolumeClaim))
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -189,4 +193,29 @@ func (c *Cluster) DeleteVolume(ctx context.Context, ns, name string) error {
 		return nil
 	}
 	return err
+}
+
+// claimKeys names the task subjects a claim's change is about: the claim
+// itself (its deletion), its owners, and the VM that owns it through a
+// DataVolume (whose disks are provisioned once the claims exist).
+func (c *Cluster) claimKeys(obj any) []string {
+	out := ownerKeys(obj)
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return out
+	}
+	for _, r := range pvc.OwnerReferences {
+		if r.Kind != "DataVolume" {
+			continue
+		}
+		if dv := cached[cdiv1.DataVolume](c.dataVolumes, pvc.Namespace, r.Name); dv != nil {
+			out = append(out, ownerKeys(dv)[1:]...)
+		}
+	}
+	return out
+}
+
+// StorageClass returns a cached StorageClass, or nil.
+func (c *Cluster) StorageClass(name string) *storagev1.StorageClass {
+	return cached[storagev1.StorageClass](c.storageClasses, "", name)
 }

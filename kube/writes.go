@@ -43,9 +43,8 @@ func (c *Cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 		claim.commit(ctx, out.UID)
 	}
 	// Read-your-writes: the vmid resolves for the client's next call even
-	// before the watch event arrives.
-	c.cacheVM(out)
-	c.vmidGen.Add(1)
+	// before the watch event arrives (put tells the vmid table).
+	c.vms.put(out, true)
 	return out, nil
 }
 
@@ -101,7 +100,9 @@ func (c *Cluster) ReplaceVM(ctx context.Context, g Guest, want *kubevirtv1.Virtu
 	}
 	out, err := c.jsonPatchVM(ctx, g, ops)
 	if err != nil {
-		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+		// A failed test is the VM changing under the write; any other
+		// refusal (a webhook's, as a 422 too) is the answer.
+		if apierrors.IsConflict(err) || patchTestFailed(err) {
 			return nil, fmt.Errorf("%w: %v", ErrModified, err)
 		}
 		return nil, err
@@ -119,9 +120,9 @@ func (c *Cluster) jsonPatchVM(ctx context.Context, g Guest, ops []patchOp) (*kub
 	return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Patch(ctx, g.Name(), types.JSONPatchType, body, metav1.PatchOptions{})
 }
 
-// cacheVM puts a VM the apiserver just answered into the cache, so that
-// the client's next call reads its own write.
-func (c *Cluster) cacheVM(vm *kubevirtv1.VirtualMachine) { c.vms.put(vm) }
+// cacheVM puts a VM the apiserver just answered to an update into the
+// cache, so that the client's next call reads its own write.
+func (c *Cluster) cacheVM(vm *kubevirtv1.VirtualMachine) { c.vms.put(vm, false) }
 
 // ErrModified means the VM changed between read and write.
 //

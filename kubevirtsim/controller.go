@@ -54,6 +54,11 @@ type Options struct {
 	MigrationDelay time.Duration
 	// SnapshotDelay is how long a VirtualMachineSnapshot stays InProgress.
 	SnapshotDelay time.Duration
+	// AgentDelay is how long a guest with a simulated agent (see
+	// AnnotationAgent) runs before virt-handler's first poll of the agent
+	// reports it: the AgentConnected condition, status.guestOSInfo and the
+	// guest's interface names and addresses. Zero reports it at once.
+	AgentDelay time.Duration
 	// SnapshotUnsupported simulates storage without a VolumeSnapshotClass
 	// (or KubeVirt without the Snapshot feature gate working for the VM's
 	// disks): VirtualMachineSnapshots fail (and with them clones), and the

@@ -2,6 +2,7 @@ package kubevirtsim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -86,8 +87,9 @@ var dataVolumeGVK = cdiv1.SchemeGroupVersion.WithKind("DataVolume")
 //     http, s3, gcs, registry, imageio, vddk (imports), pvc (clone; the
 //     source PVC must exist, otherwise the DataVolume waits in
 //     CloneScheduled with a CloneWithoutSource condition), sourceRef to a
-//     DataSource with a pvc source (clone), upload (stops at UploadReady,
-//     nothing uploads); snapshot sources are not simulated;
+//     DataSource with a pvc source (clone), upload (UploadReady with the
+//     claim marked ready for UploadProxy, Succeeded once it took the data);
+//     snapshot sources are not simulated;
 //   - an http import from a host under ".invalid" (RFC 6761: it never
 //     resolves) fails the way CDI reports an importer that cannot reach its
 //     source: the DataVolume stays ImportInProgress with a Running condition
@@ -415,9 +417,11 @@ func (d *dataVolumes) sync(ctx context.Context, key string) (time.Duration, erro
 		return 0, nil
 	}
 	switch dv.Status.Phase {
-	case cdiv1.Succeeded, cdiv1.Failed, cdiv1.UploadReady:
+	case cdiv1.Succeeded, cdiv1.Failed:
 		c.ext.seen.forget(dv.UID)
 		return 0, nil
+	case cdiv1.UploadReady:
+		return d.uploadDone(ctx, dv)
 	}
 
 	now := time.Now()
@@ -503,7 +507,10 @@ func (d *dataVolumes) sync(ctx context.Context, key string) (time.Duration, erro
 		setDVCondition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "", now)
 		return d.writeStatus(ctx, orig, dv, time.Millisecond)
 	case cdiv1.UploadScheduled:
-		// Waits for an upload that never comes (no cdi-uploadproxy).
+		// The upload server pod is up: UploadProxy takes the data.
+		if err := d.annotatePVC(ctx, pvc, map[string]string{AnnotationPodReady: "true", annPodPhase: string(corev1.PodRunning)}); err != nil {
+			return 0, err
+		}
 		dv.Status.Phase = cdiv1.UploadReady
 		setDVCondition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, reasonDVRunning, "Upload pod is ready", now)
 		return d.writeStatus(ctx, orig, dv, 0)
@@ -566,6 +573,29 @@ func (d *dataVolumes) importerFailed(ctx context.Context, orig, dv *cdiv1.DataVo
 	setDVCondition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, reasonDVError, msg, now)
 	d.c.ext.seen.forget(dv.UID)
 	return d.writeStatus(ctx, orig, dv, 0)
+}
+
+// uploadDone completes an UploadReady DataVolume once UploadProxy marked
+// its claim's upload Succeeded, as CDI does when the upload pod ends.
+func (d *dataVolumes) uploadDone(ctx context.Context, dv *cdiv1.DataVolume) (time.Duration, error) {
+	pvc := getCached[*corev1.PersistentVolumeClaim](d.c.ext.pvcInformer, dv.Namespace, dv.Name)
+	if pvc == nil || pvc.Annotations[annPodPhase] != string(corev1.PodSucceeded) {
+		return 0, nil // the claim's change requeues it
+	}
+	orig := dv.DeepCopy()
+	d.succeed(dv, pvc, time.Now())
+	d.c.log.Info("DataVolume upload succeeded", zapKey(dv))
+	return d.writeStatus(ctx, orig, dv, 0)
+}
+
+// annotatePVC merges annotations into a claim.
+func (d *dataVolumes) annotatePVC(ctx context.Context, pvc *corev1.PersistentVolumeClaim, ann map[string]string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	_, err := d.c.k8s.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // findDVCondition returns the DataVolume's condition of type t, or nil.
@@ -800,6 +830,11 @@ func (d *dataVolumes) createPVC(ctx context.Context, dv *cdiv1.DataVolume, spec 
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dv, dataVolumeGVK)},
 		},
 		Spec: spec,
+	}
+	if dv.Spec.Source != nil && dv.Spec.Source.Upload != nil {
+		// An upload target: its server pod is not up yet.
+		pvc.Annotations[AnnotationUploadTarget] = ""
+		pvc.Annotations[annPodPhase] = string(corev1.PodPending)
 	}
 	maps.Copy(pvc.Labels, dv.Labels)
 	delete(pvc.Labels, virtv1.CreatedByLabel)

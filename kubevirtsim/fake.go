@@ -85,7 +85,12 @@ func NewFakeClients(objects ...runtime.Object) (kubernetes.Interface, kubevirt.I
 // (DataVolumes, DataSources etc. have a status subresource).
 type FakeCDIClientset struct {
 	*cdifake.Clientset
+	uploads *UploadProxy
 }
+
+// UploadProxy is the simulated cdi-uploadproxy whose tokens the clientset's
+// UploadTokenRequests issue.
+func (c *FakeCDIClientset) UploadProxy() *UploadProxy { return c.uploads }
 
 // IsWatchListSemanticsUnSupported: see FakeKubeVirtClientset.
 func (*FakeCDIClientset) IsWatchListSemanticsUnSupported() bool { return true }
@@ -135,6 +140,7 @@ func NewFakeClientsWithCDI(objects ...runtime.Object) (kubernetes.Interface, kub
 	outer := kvfake.NewSimpleClientset()
 	inner := kvfake.NewSimpleClientset()
 	api := newAPIServer(outer.Tracker(), kvscheme.Scheme, kubevirtStatusResources...)
+	api.admit = (&admission{tracker: outer.Tracker()}).admit
 	for _, obj := range kvObjects {
 		if err := api.seed(obj); err != nil {
 			panic(fmt.Sprintf("kubevirtsim: seed %T: %v", obj, err))
@@ -153,7 +159,10 @@ func NewFakeClientsWithCDI(objects ...runtime.Object) (kubernetes.Interface, kub
 		}
 	}
 	cdiAPI.install(&cdi.Fake)
-	return k8s, &FakeKubeVirtClientset{outer}, &FakeCDIClientset{cdi}
+	// UploadTokenRequests are answered by cdi-apiserver, never stored.
+	uploads := NewUploadProxy(k8s)
+	cdi.PrependReactor("create", "uploadtokenrequests", uploads.tokenReactor)
+	return k8s, &FakeKubeVirtClientset{outer}, &FakeCDIClientset{cdi, uploads}
 }
 
 func isCDIObject(obj runtime.Object) bool {

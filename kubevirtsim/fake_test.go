@@ -177,7 +177,8 @@ func TestFakeAPIServerSemantics(t *testing.T) {
 	if _, err := vms.Create(e.ctx, testVM("web", virtv1.RunStrategyHalted), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("duplicate create: %v", err)
 	}
-	gen := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{GenerateName: "vm-", Namespace: testNS}}
+	gen := testVM("", virtv1.RunStrategyHalted)
+	gen.GenerateName = "vm-"
 	if got, err := vms.Create(e.ctx, gen, metav1.CreateOptions{}); err != nil || len(got.Name) != len("vm-")+5 {
 		t.Errorf("generateName: %v %v", got, err)
 	}

@@ -58,6 +58,10 @@ type apiServer struct {
 	rv    map[schema.GroupVersionResource]int64
 	stale map[schema.GroupVersionResource]bool
 	hub   *watchHub
+	// admit, when set, plays the validating admission webhooks: it
+	// judges every create and every update of a main resource (old is
+	// nil on create) and refuses with its error.
+	admit func(gvr schema.GroupVersionResource, old, obj runtime.Object) error
 }
 
 func newAPIServer(tracker testing.ObjectTracker, scheme *runtime.Scheme, statusResources ...string) *apiServer {
@@ -168,6 +172,11 @@ func (a *apiServer) create(action testing.Action) (bool, runtime.Object, error) 
 	m.SetGeneration(1)
 	m.SetDeletionTimestamp(nil)
 	m.SetDeletionGracePeriodSeconds(nil)
+	if a.admit != nil {
+		if err := a.admit(gvr, nil, obj); err != nil {
+			return true, nil, err
+		}
+	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -207,7 +216,18 @@ func (a *apiServer) update(action testing.Action) (bool, runtime.Object, error) 
 	if err != nil {
 		return true, nil, err
 	}
+	if err := a.admitUpdate(gvr, ua.GetSubresource(), old, result); err != nil {
+		return true, nil, err
+	}
 	return a.write(gvr, ns, old, result)
+}
+
+// admitUpdate runs admit on a changing write of a main resource.
+func (a *apiServer) admitUpdate(gvr schema.GroupVersionResource, subresource string, old, result runtime.Object) error {
+	if a.admit == nil || subresource != "" || equality.Semantic.DeepEqual(old, result) {
+		return nil
+	}
+	return a.admit(gvr, old, result)
 }
 
 func (a *apiServer) patch(action testing.Action) (bool, runtime.Object, error) {
@@ -269,6 +289,9 @@ func (a *apiServer) patch(action testing.Action) (bool, runtime.Object, error) {
 	}
 	result, err := a.merge(gvr, old, obj, pa.GetSubresource())
 	if err != nil {
+		return true, nil, err
+	}
+	if err := a.admitUpdate(gvr, pa.GetSubresource(), old, result); err != nil {
 		return true, nil, err
 	}
 	return a.write(gvr, ns, old, result)
@@ -418,6 +441,7 @@ func (a *apiServer) write(gvr schema.GroupVersionResource, ns string, old, resul
 	if equality.Semantic.DeepEqual(old, result) {
 		return true, old, nil
 	}
+
 	rm, _ := meta.Accessor(result)
 	gvk, err := a.kindOf(old)
 	if err != nil {

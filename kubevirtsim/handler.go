@@ -344,6 +344,12 @@ func methodNotAllowed(method string) error {
 // update resource "virtualmachines/start" in API group
 // "subresources.kubevirt.io" in the namespace "ns""), a rejected token 401.
 func SelfSubjectAccessAuthorizer(base *rest.Config) Authorizer {
+	return SelfSubjectAccessAuthorizerFor(base, SubresourceGroup)
+}
+
+// SelfSubjectAccessAuthorizerFor is SelfSubjectAccessAuthorizer for the
+// resources of another aggregated API group (UploadGroup).
+func SelfSubjectAccessAuthorizerFor(base *rest.Config, group string) Authorizer {
 	return func(r *http.Request, verb, resource, subresource, ns, name string) error {
 		cfg := rest.AnonymousClientConfig(base)
 		if auth := r.Header.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
@@ -358,7 +364,7 @@ func SelfSubjectAccessAuthorizer(base *rest.Config) Authorizer {
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Namespace:   ns,
 				Verb:        verb,
-				Group:       SubresourceGroup,
+				Group:       group,
 				Version:     "v1",
 				Resource:    resource,
 				Subresource: subresource,
@@ -388,22 +394,26 @@ func SelfSubjectAccessAuthorizer(base *rest.Config) Authorizer {
 		if ssr, err := cs.AuthenticationV1().SelfSubjectReviews().Create(r.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err == nil {
 			user = ssr.Status.UserInfo.Username
 		}
-		return Forbidden(user, verb, resource, subresource, ns, name, reason)
+		return forbidden(group, user, verb, resource, subresource, ns, name, reason)
 	}
 }
 
 // Forbidden builds the 403 error kube-apiserver returns when authorization
 // of a subresources.kubevirt.io request fails.
 func Forbidden(user, verb, resource, subresource, ns, name, reason string) error {
+	return forbidden(SubresourceGroup, user, verb, resource, subresource, ns, name, reason)
+}
+
+func forbidden(group, user, verb, resource, subresource, ns, name, reason string) error {
 	res := resource
 	if subresource != "" {
 		res += "/" + subresource
 	}
-	msg := fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q", user, verb, res, SubresourceGroup, ns)
+	msg := fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q", user, verb, res, group, ns)
 	if reason != "" {
 		msg += ": " + reason
 	}
-	return apierrors.NewForbidden(schema.GroupResource{Group: SubresourceGroup, Resource: resource}, name, errors.New(msg))
+	return apierrors.NewForbidden(schema.GroupResource{Group: group, Resource: resource}, name, errors.New(msg))
 }
 
 // impersonationFrom reads kube-apiserver's impersonation headers.

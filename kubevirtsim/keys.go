@@ -17,6 +17,9 @@ package kubevirtsim
 const (
 	labelVMID      = "pve.caddy-proxmox.io/vmid"
 	annotationNode = "pve.caddy-proxmox.io/node"
+	// annotationConfig holds the PVE config the caddy-proxmox API keeps
+	// (JSON, key → value); its agent key says whether the guest runs one.
+	annotationConfig = "pve.caddy-proxmox.io/config"
 )
 
 // Annotations understood (or written) by the simulator. They only exist in

@@ -558,6 +558,54 @@ func TestAgentAnnotationControlsGuestInfo(t *testing.T) {
 	})
 }
 
+// A guest whose PVE config enables the agent runs one: virt-handler's
+// first poll reports it a moment after the guest runs (AgentDelay), with
+// the guest's OS and its interfaces' names and addresses. agent=0, or no
+// PVE config, runs none.
+func TestPVEAgentReportsAfterBoot(t *testing.T) {
+	const delay = 1200 * time.Millisecond
+	e := newEnv(t).run(Options{AgentDelay: delay})
+	withConfig := func(name, cfg string) *virtv1.VirtualMachine {
+		vm := testVM(name, virtv1.RunStrategyAlways)
+		vm.Annotations = map[string]string{annotationConfig: cfg}
+		return vm
+	}
+	// Guests without an agent run first: by the time the agent guests'
+	// first poll came, theirs did too.
+	e.createVM(withConfig("no-agent", `{"agent":"0"}`))
+	e.createVM(testVM("kubectl", virtv1.RunStrategyAlways))
+	e.waitRunning("no-agent")
+	e.waitRunning("kubectl")
+	e.createVM(withConfig("agent", `{"agent":"1,fstrim_cloned_disks=1","net0":"virtio,bridge=vmbr0"}`))
+	e.createVM(withConfig("enabled-key", `{"agent":"enabled=yes"}`))
+	for _, name := range []string{"agent", "enabled-key"} {
+		vmi := e.waitVMI(name, "agent connected", func(v *virtv1.VirtualMachineInstance) bool {
+			return findVMICondition(v, virtv1.VirtualMachineInstanceAgentConnected) != nil
+		})
+		var running time.Time
+		for _, p := range vmi.Status.PhaseTransitionTimestamps {
+			if p.Phase == virtv1.Running {
+				running = p.PhaseTransitionTimestamp.Time
+			}
+		}
+		// Timestamps have second precision: a poll more than a second
+		// after the start is at least in the next second.
+		if polled := findVMICondition(vmi, virtv1.VirtualMachineInstanceAgentConnected).LastProbeTime.Time; polled.Sub(running) < time.Second {
+			t.Errorf("%s: the agent answered at %v, running since %v", name, polled, running)
+		}
+		ifc := vmi.Status.Interfaces
+		if vmi.Status.GuestOSInfo.ID != "debian" || len(ifc) != 1 || ifc[0].InterfaceName == "" || ifc[0].IP == "" ||
+			!strings.Contains(ifc[0].InfoSource, "guest-agent") {
+			t.Errorf("%s: %s interfaces %+v", name, describeVMI(vmi), ifc)
+		}
+	}
+	for _, name := range []string{"no-agent", "kubectl"} {
+		if vmi := e.getVMI(name); findVMICondition(vmi, virtv1.VirtualMachineInstanceAgentConnected) != nil || vmi.Status.GuestOSInfo.ID != "" {
+			t.Errorf("%s: an agent without one configured: %s", name, describeVMI(vmi))
+		}
+	}
+}
+
 func TestUnschedulableUntilNodeAppears(t *testing.T) {
 	k8s, kv := NewFakeClients() // no nodes
 	e := &env{t: t, ctx: t.Context(), k8s: k8s, kv: kv, sub: &Subresources{KV: kv}}
@@ -612,6 +660,42 @@ func TestSchedulingSpreadsAndHonoursConstraints(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("unschedulable message %q lacks %q", msg, want)
 		}
+	}
+}
+
+// A VMI runs only on a node labelled with its machine type, as real
+// virt-controller's nodeSelector and virt-handler's labels have it; a node
+// labelled with none (made by hand) is not judged.
+func TestMachineTypePlacement(t *testing.T) {
+	labelled := func(name string, types ...string) *corev1.Node {
+		n := testNode(name)
+		for _, typ := range types {
+			n.Labels[virtv1.SupportedMachineTypeLabel+typ] = "true"
+		}
+		return n
+	}
+	k8s, kv := NewFakeClients(labelled("node-a", "q35", defaultMachineType))
+	e := &env{t: t, ctx: t.Context(), k8s: k8s, kv: kv, sub: &Subresources{KV: kv}}
+	e.run(Options{})
+	withMachine := func(name, typ string) *virtv1.VirtualMachine {
+		vm := testVM(name, virtv1.RunStrategyAlways)
+		vm.Spec.Template.Spec.Domain.Machine = &virtv1.Machine{Type: typ}
+		return vm
+	}
+	e.createVM(withMachine("alias", "q35"))
+	if vmi := e.waitRunning("alias"); vmi.Status.Machine == nil || vmi.Status.Machine.Type != defaultMachineType {
+		t.Errorf("q35 runs as the newest machine: %s", describeVMI(vmi))
+	}
+	e.createVM(withMachine("pinned", "pc-q35-8.1"))
+	vm := e.waitPrintable("pinned", virtv1.VirtualMachineStatusUnschedulable)
+	if c := findVMCondition(vm, virtv1.VirtualMachineConditionType(corev1.PodScheduled)); c == nil || !strings.Contains(c.Message, "node affinity/selector") {
+		t.Errorf("pinned machine type: %s", describeVM(vm))
+	}
+	if _, err := k8s.CoreV1().Nodes().Create(e.ctx, testNode("unlabelled"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if vmi := e.waitRunning("pinned"); vmi.Status.NodeName != "unlabelled" {
+		t.Errorf("pinned machine type on a node without labels: %s", describeVMI(vmi))
 	}
 }
 

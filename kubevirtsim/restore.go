@@ -242,12 +242,9 @@ func (r *restores) sync(ctx context.Context, key string) (time.Duration, error) 
 		return 0, err
 	}
 	if vm.Annotations[AnnotationLastRestore] != restoreID(rs) {
-		if l := vm.Status.RestoreInProgress; l != nil && *l != name {
-			return waiting(fmt.Sprintf("vm restore %s in progress", *l), "", 0)
-		}
-		if err := c.setVMLock(ctx, ns, vm.Name, lockRestore, name, true); err != nil {
-			return 0, err
-		}
+		// As KubeVirt's restore controller: the target is stopped first,
+		// and only then locked (UpdateRestoreInProgress), so that its
+		// stop is no run-state change under its own lock.
 		if ready, requeue, err := r.targetReady(ctx, rs, vm, now); err != nil || !ready {
 			if err != nil {
 				return 0, err
@@ -256,6 +253,12 @@ func (r *restores) sync(ctx context.Context, key string) (time.Duration, error) 
 				return fail(fmt.Sprintf("Restore target failed to be ready within %v", r.grace(rs)))
 			}
 			return waiting(msgWaitingForTarget, MessageVMMustBeStopped, requeue)
+		}
+		if l := vm.Status.RestoreInProgress; l != nil && *l != name {
+			return waiting(fmt.Sprintf("vm restore %s in progress", *l), "", 0)
+		}
+		if err := c.setVMLock(ctx, ns, vm.Name, lockRestore, name, true); err != nil {
+			return 0, err
 		}
 		restored, deleted, done, err := r.restoreInPlace(ctx, rs, vm, content)
 		if done {
@@ -351,16 +354,12 @@ func (r *restores) targetReady(ctx context.Context, rs *snapshotv1.VirtualMachin
 	}
 	switch policy {
 	case snapshotv1.VirtualMachineRestoreStopTarget:
-		if rsName, err := vm.RunStrategy(); err == nil && rsName != virtv1.RunStrategyHalted {
-			r.c.log.Info("restore stops its target VM", zapKey(rs), zap.String("vm", vm.Name))
-			_, err := r.c.kv.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType,
-				runningPatch(vm, false), metav1.PatchOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				if isPatchTestFailure(err) {
-					return false, 0, apierrors.NewConflict(vmGroupResource, vm.Name, err)
-				}
-				return false, 0, err
-			}
+		// KubeVirt's vmRestoreTarget.Stop: virt-api's stop subresource
+		// (a stop request for Manual VMs, Halted for Always ones).
+		r.c.log.Info("restore stops its target VM", zapKey(rs), zap.String("vm", vm.Name))
+		err := r.c.kv.KubevirtV1().VirtualMachines(vm.Namespace).Stop(ctx, vm.Name, &virtv1.StopOptions{})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return false, 0, err
 		}
 		return false, 0, nil
 	case snapshotv1.VirtualMachineRestoreWaitEventually:
@@ -394,7 +393,7 @@ func (r *restores) restoreInPlace(ctx context.Context, rs *snapshotv1.VirtualMac
 	}
 	src := content.Spec.Source.VirtualMachine
 	spec := src.Spec.DeepCopy()
-	halt(spec)
+	keepRunStrategy(spec, upd)
 
 	dvBacked := map[string]bool{} // volume name → DataVolume-backed
 	for _, v := range spec.Template.Spec.Volumes {
@@ -644,6 +643,22 @@ func halt(spec *virtv1.VirtualMachineSpec) {
 	} else if spec.Running != nil {
 		spec.Running = ptr(false)
 	}
+}
+
+// keepRunStrategy gives a restored spec the run strategy the existing VM
+// has, as KubeVirt's generateRestoredVMSpec does ("make sure an existing
+// VM keeps the same run strategy as before the restore"; its webhook
+// refuses a run strategy change while the restore holds the VM).
+func keepRunStrategy(spec *virtv1.VirtualMachineSpec, vm *virtv1.VirtualMachine) {
+	if vm.Spec.Running != nil {
+		spec.Running, spec.RunStrategy = ptr(false), nil
+		return
+	}
+	rs, err := vm.RunStrategy()
+	if err != nil {
+		rs = virtv1.RunStrategyHalted
+	}
+	spec.RunStrategy, spec.Running = ptr(rs), nil
 }
 
 // patchVM applies JSON patch operations (each a JSON object) to the VM.

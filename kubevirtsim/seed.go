@@ -69,6 +69,9 @@ func Seed() []runtime.Object {
 					"beta.kubernetes.io/arch":                        "amd64",
 					"kubevirt.io/schedulable":                        "true",
 					"cpu-model.node.kubevirt.io/Skylake-Server-IBRS": "true",
+					// virt-handler's node labeller: the machine types QEMU offers.
+					virtv1.SupportedMachineTypeLabel + "q35":              "true",
+					virtv1.SupportedMachineTypeLabel + defaultMachineType: "true",
 				},
 				Annotations: map[string]string{
 					"kubevirt.io/heartbeat": heartbeat.UTC().Format(time.RFC3339),

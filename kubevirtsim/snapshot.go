@@ -127,11 +127,19 @@ func (s *snapshots) syncSnapshot(ctx context.Context, key string) (time.Duration
 	}
 	st := snap.Status
 	if st != nil && (st.Phase == snapshotv1.Succeeded || st.Phase == snapshotv1.Failed) {
-		c.ext.seen.forget(snap.UID)
 		if vm := getCached[*virtv1.VirtualMachine](c.vmInformer, ns, snap.Spec.Source.Name); vm != nil &&
 			vm.Status.SnapshotInProgress != nil && *vm.Status.SnapshotInProgress == name {
+			// KubeVirt lets go of the source in a later pass than the
+			// one that marks the snapshot done (updateVMSnapshot unlocks
+			// once the snapshot no longer progresses); a loaded
+			// controller takes a while: SnapshotDelay after it is done.
+			if wait := c.ext.seen.since(snap.UID, time.Now()).Add(c.opts.SnapshotDelay).Sub(time.Now()); wait > 0 && st.Phase == snapshotv1.Succeeded {
+				return wait, nil
+			}
+			c.ext.seen.forget(snap.UID)
 			return 0, c.setVMLock(ctx, ns, vm.Name, lockSnapshot, name, false)
 		}
+		c.ext.seen.forget(snap.UID)
 		return 0, nil
 	}
 	if !hasFinalizer(snap, snapshotFinalizer) {
@@ -226,8 +234,10 @@ func (s *snapshots) syncSnapshot(ctx context.Context, key string) (time.Duration
 		return 0, err
 	}
 	c.log.Info("snapshot succeeded", zapKey(snap), zap.String("content", content.Name))
+	// The source stays locked a while longer (see above).
 	c.ext.seen.forget(snap.UID)
-	return 0, c.setVMLock(ctx, ns, vm.Name, lockSnapshot, name, false)
+	c.ext.seen.since(snap.UID, now)
+	return max(c.opts.SnapshotDelay, time.Millisecond), nil
 }
 
 // unsupportedReason names the first PVC-backed volume (or the VM when it

@@ -3,6 +3,7 @@ package kubevirtsim
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -128,16 +129,21 @@ func (c *Controller) syncVMI(ctx context.Context, vm *virtv1.VirtualMachine, vmi
 		// virt-handler starts the domain right after the pod is ready.
 		orig = written.DeepCopy()
 		vmi = written
-		c.startDomain(vmi, agent, now)
-		return c.writeVMI(ctx, orig, vmi, 0)
+		c.startDomain(vmi, false, now)
+		agentUp, wait := c.agentPolled(vmi, agent, now)
+		c.refreshGuest(vmi, agentUp, now)
+		return c.writeVMI(ctx, orig, vmi, wait)
 
 	case virtv1.Scheduled:
-		c.startDomain(vmi, agent, now)
-		return c.writeVMI(ctx, orig, vmi, 0)
+		c.startDomain(vmi, false, now)
+		agentUp, wait := c.agentPolled(vmi, agent, now)
+		c.refreshGuest(vmi, agentUp, now)
+		return c.writeVMI(ctx, orig, vmi, wait)
 
 	case virtv1.Running:
-		c.refreshGuest(vmi, agent, now)
-		return c.writeVMI(ctx, orig, vmi, 0)
+		agentUp, wait := c.agentPolled(vmi, agent, now)
+		c.refreshGuest(vmi, agentUp, now)
+		return c.writeVMI(ctx, orig, vmi, wait)
 	}
 	return vmi, 0, nil
 }
@@ -308,19 +314,62 @@ func (c *Controller) refreshGuest(vmi *virtv1.VirtualMachineInstance, agent bool
 	}
 }
 
-// agentConnected decides whether the simulated guest agent is connected: the
-// VMI's AnnotationAgent wins, then the owning VM's template and the VM.
+// agentPolled tells whether virt-handler has polled a running guest's
+// agent yet: AgentDelay after the guest started running. Until then it
+// says when to look again.
+func (c *Controller) agentPolled(vmi *virtv1.VirtualMachineInstance, agent bool, now time.Time) (bool, time.Duration) {
+	if !agent || findVMICondition(vmi, virtv1.VirtualMachineInstanceAgentConnected) != nil {
+		return agent, 0
+	}
+	var running time.Time
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		if t.Phase == virtv1.Running {
+			running = t.PhaseTransitionTimestamp.Time
+		}
+	}
+	if wait := running.Add(c.opts.AgentDelay).Sub(now); wait > 0 && !running.IsZero() {
+		return false, wait
+	}
+	return true, 0
+}
+
+// agentConnected decides whether the simulated guest runs an agent: the
+// VMI's AnnotationAgent wins, then the owning VM's template and the VM;
+// without any, a guest whose PVE config (the caddy-proxmox API's
+// annotation) enables the agent runs one, as the guest of a PVE user who
+// sets agent=1 does.
 func agentConnected(vmi *virtv1.VirtualMachineInstance, vm *virtv1.VirtualMachine) bool {
 	if v, ok := vmi.Annotations[AnnotationAgent]; ok {
 		return v == "true"
 	}
-	if vm != nil {
-		if vm.Spec.Template != nil {
-			if v, ok := vm.Spec.Template.ObjectMeta.Annotations[AnnotationAgent]; ok {
-				return v == "true"
-			}
+	if vm == nil {
+		return false
+	}
+	if vm.Spec.Template != nil {
+		if v, ok := vm.Spec.Template.ObjectMeta.Annotations[AnnotationAgent]; ok {
+			return v == "true"
 		}
-		return vm.Annotations[AnnotationAgent] == "true"
+	}
+	if v, ok := vm.Annotations[AnnotationAgent]; ok {
+		return v == "true"
+	}
+	return pveAgentEnabled(vm.Annotations[annotationConfig])
+}
+
+// pveAgentEnabled reads the agent key of a PVE config stored by the
+// caddy-proxmox API ("1", "enabled=1,fstrim_cloned_disks=1", ...).
+func pveAgentEnabled(config string) bool {
+	if config == "" {
+		return false
+	}
+	var cfg map[string]string
+	if json.Unmarshal([]byte(config), &cfg) != nil {
+		return false
+	}
+	first, _, _ := strings.Cut(cfg["agent"], ",")
+	switch strings.TrimPrefix(first, "enabled=") {
+	case "1", "on", "yes", "true":
+		return true
 	}
 	return false
 }
@@ -693,6 +742,9 @@ func tolerated(taints []corev1.Taint, tolerations []corev1.Toleration) bool {
 }
 
 func matchesNode(n *corev1.Node, vmi *virtv1.VirtualMachineInstance) bool {
+	if !machineTypeFits(n, vmi) {
+		return false
+	}
 	if len(vmi.Spec.NodeSelector) > 0 &&
 		!labels.SelectorFromSet(vmi.Spec.NodeSelector).Matches(labels.Set(n.Labels)) {
 		return false
@@ -708,6 +760,32 @@ func matchesNode(n *corev1.Node, vmi *virtv1.VirtualMachineInstance) bool {
 		}
 	}
 	return len(terms) == 0
+}
+
+// machineTypeFits tells whether node n offers vmi's machine type. Real
+// virt-controller gives the launcher pod a nodeSelector on
+// machine-type.node.kubevirt.io/<type> (the VMI's status machine once
+// known, else its spec's; services/template.go), and virt-handler's node
+// labeller sets that label for each machine type the node's QEMU offers,
+// so a pinned type no node has (pc-q35-8.1) never schedules. A node that
+// carries no such label at all (made by hand in a test) is not judged.
+func machineTypeFits(n *corev1.Node, vmi *virtv1.VirtualMachineInstance) bool {
+	typ := ""
+	switch {
+	case vmi.Status.Machine != nil && vmi.Status.Machine.Type != "":
+		typ = vmi.Status.Machine.Type
+	case vmi.Spec.Domain.Machine != nil:
+		typ = vmi.Spec.Domain.Machine.Type
+	}
+	if typ == "" || n.Labels[virtv1.SupportedMachineTypeLabel+typ] == "true" {
+		return true
+	}
+	for k := range n.Labels {
+		if strings.HasPrefix(k, virtv1.SupportedMachineTypeLabel) {
+			return false
+		}
+	}
+	return true
 }
 
 // preferenceScore sums the weights of the VMI's preferred node affinity

@@ -139,7 +139,8 @@ type GuestConfig struct {
 	// path, or the datagram the udp probe sends (ready on any answer).
 	Probe     string
 	ProbePath string
-	// ProbeInterval is the period of readiness checks.
+	// ProbeInterval is the period of readiness checks once the service has
+	// been probed for 10 s; before that they run every 5ms at most (probe.go).
 	ProbeInterval time.Duration
 	// ReadyAfter is an extra settle delay after the probe passes.
 	ReadyAfter time.Duration

@@ -20,6 +20,24 @@ var probeClient = &http.Client{
 	Timeout: 3 * time.Second,
 }
 
+// A service usually answers within a second or two of its guest running,
+// and every moment between its first answer and the next probe is added to
+// each held request. So probing starts fast and slows down as it goes on:
+// the pause is a twentieth of the time spent probing so far (a held request
+// waits at most about 5 % longer than the service took to come up), never
+// under fastProbeInterval and never over probe_interval. A service that takes
+// ten seconds sees under two hundred probes, not thousands.
+const (
+	fastProbeInterval = 5 * time.Millisecond
+	probeSlowdown     = 20
+)
+
+// probeWait is the pause before the next probe, probing having begun
+// elapsed ago.
+func probeWait(elapsed, interval time.Duration) time.Duration {
+	return min(interval, max(fastProbeInterval, elapsed/probeSlowdown))
+}
+
 // probe checks once that the guest's service answers; path is the http
 // probe's path, or the datagram the udp probe sends.
 func probe(ctx context.Context, kind, host string, port int, path string) error {

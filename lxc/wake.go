@@ -329,13 +329,19 @@ func (g *Guest) wakeSteps(ctx context.Context, b *Binding) ([]*Guest, error) {
 	g.mu.Unlock()
 	g.emit(Event{Phase: "address", Message: "Found the guest's address", Detail: "Address " + host, Progress: 65})
 
-	for i := 1; ; i++ {
+	probing, shown, checks := time.Now(), time.Time{}, 0
+	for {
 		err := probe(ctx, cfg.Probe, host, cfg.Port, cfg.ProbePath)
 		if err == nil {
 			break
 		}
-		g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", i), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, i), Progress: min(65+i, 90), Update: true})
-		if !sleepCtx(ctx, cfg.ProbeInterval) {
+		// The loading page's line counts up at probe_interval's pace,
+		// however fast the probes of the first seconds run.
+		if time.Since(shown) >= cfg.ProbeInterval {
+			shown, checks = time.Now(), checks+1
+			g.emit(Event{Phase: "probing", Message: fmt.Sprintf("Waiting for the service (check %d)", checks), Detail: fmt.Sprintf("Waiting for the service on port %d (check %d)", cfg.Port, checks), Progress: min(65+checks, 90), Update: true})
+		}
+		if !sleepCtx(ctx, probeWait(time.Since(probing), cfg.ProbeInterval)) {
 			return deps, fmt.Errorf("service on %s port %d not answering: %v", host, cfg.Port, err)
 		}
 	}
@@ -368,10 +374,14 @@ func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error 
 		}
 		return fmt.Errorf("waiting for status running: %w", ctx.Err())
 	}
-	for first := true; ; first = false {
-		if !first && !sleepCtx(ctx, cfg.TaskPollInterval) {
+	// pause is false for the first round and right after a start or
+	// resume task ended OK: the guest is most likely up, and its service
+	// starts counting towards the held requests' latency now.
+	for first, pause := true, false; ; first = false {
+		if pause && !sleepCtx(ctx, cfg.TaskPollInterval) {
 			return outOfTime()
 		}
+		pause = true
 		st, t, err := g.statusFollowing(ctx, c)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -436,7 +446,7 @@ func (g *Guest) powerUp(ctx context.Context, c *Cluster, cfg GuestConfig) error 
 		default:
 			return fail("The guest could not be started.", err)
 		}
-		requested = true
+		requested, pause = true, false
 		switch {
 		case bool(st.HA.Managed) && action == "start":
 			g.emit(Event{Phase: "task_ok", Message: "Start requested; waiting for high availability to start it", Progress: 30})

@@ -33,8 +33,9 @@ const SubresourceGroup = "subresources.kubevirt.io"
 // goes to kube-apiserver unchanged (Authorization, Impersonate-*, watches,
 // upgrades), so virt-api's subresources.kubevirt.io is served by
 // kube-apiserver's own aggregator. The proxy only plays what cannot run
-// here: metrics-server's aggregated API (SetMetricsAPI), and the absence of
-// an API group (HideGroup).
+// here: other servers' aggregated APIs (metrics-server's with
+// SetMetricsAPI, cdi-apiserver's upload tokens with SetAPI), and the
+// absence of an API group (HideGroup).
 type Proxy struct {
 	// URL is https://127.0.0.1:port.
 	URL string
@@ -42,8 +43,8 @@ type Proxy struct {
 	env *Env
 	srv *httptest.Server
 	rp  *httputil.ReverseProxy
-	// metricsAPI serves metrics.k8s.io (metrics-server's aggregated API).
-	metricsAPI atomic.Pointer[http.Handler]
+	// played are the aggregated APIs the proxy serves itself, by group.
+	played atomic.Pointer[map[string]playedAPI]
 	// hidden are the API groups the proxy pretends are not installed.
 	hidden atomic.Pointer[[]string]
 
@@ -110,17 +111,59 @@ const MetricsGroup = "metrics.k8s.io"
 // and everything below it, playing metrics-server behind the aggregator;
 // GET /apis then lists metrics.k8s.io/v1beta1. The handler sees absolute
 // paths and does its own authorization (none, like a permissive cluster).
-func (p *Proxy) SetMetricsAPI(h http.Handler) {
-	if h == nil {
-		p.metricsAPI.Store(nil)
-		return
-	}
-	p.metricsAPI.Store(&h)
+func (p *Proxy) SetMetricsAPI(h http.Handler) { p.SetAPI(MetricsGroup, "v1beta1", h) }
+
+// playedAPI is an aggregated API group the proxy serves in place of the
+// server an APIService would name.
+type playedAPI struct {
+	version string
+	h       http.Handler
 }
 
-func isMetricsPath(p string) bool {
-	const prefix = "/apis/" + MetricsGroup
-	return p == prefix || strings.HasPrefix(p, prefix+"/")
+// SetAPI installs (nil removes) a handler for /apis/<group> and everything
+// below it, playing the extension API server an APIService for
+// group/version would route to (e.g. cdi-apiserver's
+// upload.cdi.kubevirt.io); GET /apis then lists group/version. The handler
+// sees absolute paths and the caller's own headers, and does its own
+// authorization.
+func (p *Proxy) SetAPI(group, version string, h http.Handler) {
+	for {
+		old := p.played.Load()
+		next := map[string]playedAPI{}
+		if old != nil {
+			for g, a := range *old {
+				next[g] = a
+			}
+		}
+		if h == nil {
+			delete(next, group)
+		} else {
+			next[group] = playedAPI{version: version, h: h}
+		}
+		if p.played.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+func (p *Proxy) playedAPIs() map[string]playedAPI {
+	if m := p.played.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// playedFor is the played API serving path, if any.
+func (p *Proxy) playedFor(path string) http.Handler {
+	rest, ok := strings.CutPrefix(path, "/apis/")
+	if !ok {
+		return nil
+	}
+	group, _, _ := strings.Cut(rest, "/")
+	if a, ok := p.playedAPIs()[group]; ok {
+		return a.h
+	}
+	return nil
 }
 
 // HideGroup makes the proxy answer 404 for /apis/<group> and everything
@@ -168,8 +211,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, notFoundBody)
 		return
 	}
-	if m := p.metricsAPI.Load(); m != nil && isMetricsPath(r.URL.Path) {
-		(*m).ServeHTTP(w, r)
+	if h := p.playedFor(r.URL.Path); h != nil {
+		h.ServeHTTP(w, r)
 		return
 	}
 	p.rp.ServeHTTP(w, r)
@@ -236,8 +279,8 @@ func writeKubeconfig(path, server string, ca []byte, user, token string) error {
 
 // --- discovery: GET /apis as the stand-ins change it ----------------------
 //
-// A real cluster with metrics-server lists metrics.k8s.io in /apis. With a
-// metrics handler the proxy adds metrics.k8s.io/v1beta1 to kube-apiserver's
+// A real cluster with metrics-server lists metrics.k8s.io in /apis. For
+// every played API the proxy adds its group/version to kube-apiserver's
 // answer, and drops hidden groups from it, in both the legacy
 // (APIGroupList) and the aggregated (apidiscovery.k8s.io/v2
 // APIGroupDiscoveryList) JSON forms. The aggregated form lists the added
@@ -245,7 +288,7 @@ func writeKubeconfig(path, server string, ca []byte, user, token string) error {
 
 func (p *Proxy) augmentDiscovery(r *http.Request) bool {
 	return r.Method == http.MethodGet && r.URL.Path == "/apis" &&
-		(p.metricsAPI.Load() != nil || len(p.hiddenGroups()) > 0)
+		(len(p.playedAPIs()) > 0 || len(p.hiddenGroups()) > 0)
 }
 
 // prepareDiscoveryRequest asks for uncompressed JSON and no 304, so that the
@@ -276,8 +319,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if err != nil {
 		return err
 	}
-	if p.metricsAPI.Load() != nil {
-		if nb, ok := addGroup(body, MetricsGroup, "v1beta1"); ok {
+	for group, a := range p.playedAPIs() {
+		if nb, ok := addGroup(body, group, a.version); ok {
 			body = nb
 			resp.Header.Del("ETag")
 		}

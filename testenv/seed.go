@@ -214,6 +214,10 @@ func createNode(ctx context.Context, kube kubernetes.Interface, sn SeedNode) err
 				"kubernetes.io/arch":             "amd64",
 				"node-role.kubernetes.io/worker": "",
 				"kubevirt.io/schedulable":        "true",
+				// virt-handler's node labeller: the machine types the
+				// launcher's QEMU offers (q35 is its alias of the newest).
+				"machine-type.node.kubevirt.io/q35":              "true",
+				"machine-type.node.kubevirt.io/pc-q35-rhel9.6.0": "true",
 			},
 		},
 		Spec: corev1.NodeSpec{PodCIDR: "", ProviderID: "testenv://" + sn.Name},

@@ -218,23 +218,39 @@ func cloneSource(v *kubevirtv1.Volume, templates map[string]kubevirtv1.DataVolum
 	return claim, sc, size
 }
 
-// cloneCloudInit points a cloud-init volume at the clone's Secret, made
-// for it from the copied config (inline data, the source's, goes); false
-// for any other volume.
+// cloneCloudInit points the parts of a cloud-init volume (user data,
+// network data) that read this API's Secret at the clone's own Secret,
+// which is rendered for it from the copied config and its new MACs; false
+// for any other volume. Data the source has of its own — inline, or in a
+// Secret of the user's — is kept as it is, as PVE's clone keeps cicustom
+// snippets: a part never gets both inline data and a Secret, which
+// KubeVirt's VM webhook refuses ("must have only one userdatasource set").
 func cloneCloudInit(v *kubevirtv1.Volume, newID int) bool {
-	switch {
-	case v.CloudInitNoCloud != nil:
-		ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(newID)}
-		v.CloudInitNoCloud.UserDataSecretRef, v.CloudInitNoCloud.NetworkDataSecretRef = ref, ref
-		v.CloudInitNoCloud.UserData, v.CloudInitNoCloud.NetworkData, v.CloudInitNoCloud.UserDataBase64 = "", "", ""
+	ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(newID)}
+	switch c := v.VolumeSource; {
+	case c.CloudInitNoCloud != nil:
+		cloneCloudInitPart(&c.CloudInitNoCloud.UserDataSecretRef, ref)
+		cloneCloudInitPart(&c.CloudInitNoCloud.NetworkDataSecretRef, ref)
 		return true
-	case v.CloudInitConfigDrive != nil:
-		ref := &corev1.LocalObjectReference{Name: CloudInitSecretName(newID)}
-		v.CloudInitConfigDrive.UserDataSecretRef, v.CloudInitConfigDrive.NetworkDataSecretRef = ref, ref
+	case c.CloudInitConfigDrive != nil:
+		cloneCloudInitPart(&c.CloudInitConfigDrive.UserDataSecretRef, ref)
+		cloneCloudInitPart(&c.CloudInitConfigDrive.NetworkDataSecretRef, ref)
 		return true
 	}
 	return false
 }
+
+// cloneCloudInitPart repoints a part's Secret reference at the clone's
+// Secret when it names one of this API's.
+func cloneCloudInitPart(secret **corev1.LocalObjectReference, clone *corev1.LocalObjectReference) {
+	if *secret != nil && ciSecretRE.MatchString((*secret).Name) {
+		*secret = clone
+	}
+}
+
+// ciSecretRE matches the names of this API's cloud-init Secrets
+// (CloudInitSecretName).
+var ciSecretRE = regexp.MustCompile(`^vm-[0-9]+-cloudinit$`)
 
 // cloneDiskKeys rewrites the volume ids in the disk keys to the copies
 // (renamed) and drops what only the source has: disks on volumes of the
@@ -252,12 +268,12 @@ func cloneDiskKeys(cfg, renamed map[string]string, req CloneRequest) {
 			}
 			if m := ciVolRE.FindStringSubmatch(d.file); m != nil {
 				d.file = m[1] + ":" + CloudInitSecretName(req.NewID)
-			} else if st, name, ok := strings.Cut(d.file, ":"); ok && renamed[name] != "" {
+			} else if st, name, ok := strings.Cut(d.file, ":"); ok && renamed[ClaimOfVolume(name)] != "" {
 				if req.Storage != "" {
 					st = req.Storage
 				}
-				d.file = st + ":" + renamed[name]
-			} else if ownVolRE.MatchString(d.file) {
+				d.file = st + ":" + renamed[ClaimOfVolume(name)]
+			} else if st, name, _ := strings.Cut(d.file, ":"); ownVolRE.MatchString(st + ":" + ClaimOfVolume(name)) {
 				delete(cfg, k)
 				continue
 			}

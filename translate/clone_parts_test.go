@@ -119,17 +119,54 @@ func TestCloneSource(t *testing.T) {
 }
 
 func TestCloneCloudInit(t *testing.T) {
-	nocloud := kubevirtv1.Volume{VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserData: "#cloud-config\npassword: x", NetworkData: "n", UserDataBase64: "b"}}}
-	if !cloneCloudInit(&nocloud, 200) {
-		t.Fatal("NoCloud not handled")
+	ours := &corev1.LocalObjectReference{Name: "vm-100-cloudinit"}
+	theirs := &corev1.LocalObjectReference{Name: "app-userdata"}
+	clone := "vm-200-cloudinit"
+	name := func(r *corev1.LocalObjectReference) string {
+		if r == nil {
+			return ""
+		}
+		return r.Name
 	}
-	if c := nocloud.CloudInitNoCloud; c.UserData != "" || c.NetworkData != "" || c.UserDataBase64 != "" ||
-		c.UserDataSecretRef.Name != "vm-200-cloudinit" || c.NetworkDataSecretRef.Name != "vm-200-cloudinit" {
-		t.Fatalf("NoCloud %+v", c)
+	tests := []struct {
+		name          string
+		v             kubevirtv1.Volume
+		user, network string // the clone's Secret references
+		inline        [4]string
+	}{
+		{"this API's drive: the clone's Secret",
+			kubevirtv1.Volume{VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: ours, NetworkDataSecretRef: ours}}},
+			clone, clone, [4]string{}},
+		{"ConfigDrive of this API",
+			kubevirtv1.Volume{VolumeSource: kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: ours, NetworkDataSecretRef: ours}}},
+			clone, clone, [4]string{}},
+		{"inline NoCloud, base64 network data: kept, no Secret",
+			kubevirtv1.Volume{VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserData: "#cloud-config", NetworkDataBase64: "dmVyc2lvbjogMgo="}}},
+			"", "", [4]string{"#cloud-config", "", "", "dmVyc2lvbjogMgo="}},
+		{"inline ConfigDrive user data: kept, no Secret",
+			kubevirtv1.Volume{VolumeSource: kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{UserDataBase64: "I2Nsb3VkLWNvbmZpZw=="}}},
+			"", "", [4]string{"", "I2Nsb3VkLWNvbmZpZw==", "", ""}},
+		{"the user's Secret is shared; ours is the clone's",
+			kubevirtv1.Volume{VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: theirs, NetworkDataSecretRef: ours}}},
+			"app-userdata", clone, [4]string{}},
+		{"empty ConfigDrive stays empty",
+			kubevirtv1.Volume{VolumeSource: kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{}}},
+			"", "", [4]string{}},
 	}
-	drive := kubevirtv1.Volume{VolumeSource: kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{}}}
-	if !cloneCloudInit(&drive, 200) || drive.CloudInitConfigDrive.UserDataSecretRef.Name != "vm-200-cloudinit" || drive.CloudInitConfigDrive.NetworkDataSecretRef.Name != "vm-200-cloudinit" {
-		t.Fatalf("ConfigDrive %+v", drive.CloudInitConfigDrive)
+	for _, tt := range tests {
+		if !cloneCloudInit(&tt.v, 200) {
+			t.Fatalf("%s: not handled", tt.name)
+		}
+		var user, network string
+		var inline [4]string
+		if c := tt.v.CloudInitNoCloud; c != nil {
+			user, network, inline = name(c.UserDataSecretRef), name(c.NetworkDataSecretRef), [4]string{c.UserData, c.UserDataBase64, c.NetworkData, c.NetworkDataBase64}
+		} else if c := tt.v.CloudInitConfigDrive; c != nil {
+			user, network, inline = name(c.UserDataSecretRef), name(c.NetworkDataSecretRef), [4]string{c.UserData, c.UserDataBase64, c.NetworkData, c.NetworkDataBase64}
+		}
+		if user != tt.user || network != tt.network || inline != tt.inline {
+			t.Errorf("%s: secrets %q %q inline %q", tt.name, user, network, inline)
+		}
 	}
 	if pvc := pvcVolume("scsi0", "x"); cloneCloudInit(&pvc, 200) {
 		t.Fatal("a PVC is not cloud-init")

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -16,6 +17,15 @@ import (
 type ClaimInfo struct {
 	StorageClass string
 	Bytes        int64 // capacity, else the request; 0 when unknown
+	// ImageBytes is the disk an image to import holds (its virtual size,
+	// the file's for raw) when the claim keeps it as a file (Filesystem
+	// mode): a disk cloned from it needs that much, not the claim's
+	// margin. 0 otherwise.
+	ImageBytes int64
+	// DataVolume: CDI made the claim for a DataVolume of the same name
+	// (which controls it), so a disk re-attached to it is a dataVolume
+	// volume, as it was while its template held it.
+	DataVolume bool
 }
 
 // ClaimLookup describes a claim of the VM's namespace by name; ok is false
@@ -342,7 +352,7 @@ func unusedVolume(v string) string {
 	if !ok {
 		return ""
 	}
-	return name
+	return ClaimOfVolume(name)
 }
 
 // orderedKeys returns m's keys in sorted order, never nil.
@@ -369,6 +379,15 @@ func ClaimInfoOf(pvc *corev1.PersistentVolumeClaim) ClaimInfo {
 	ci := ClaimInfo{Bytes: claimBytes(pvc)}
 	if pvc.Spec.StorageClassName != nil {
 		ci.StorageClass = *pvc.Spec.StorageClassName
+	}
+	// A block claim is cloned whole: CDI wants the target at least as large.
+	block := pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock
+	if content, _, ok := FileOf(pvc.Annotations); ok && content == ContentImport && !block {
+		ci.ImageBytes = max(VirtualSizeOf(pvc.Annotations), FileSizeOf(pvc.Annotations))
+	}
+	if ref := metav1.GetControllerOf(pvc); ref != nil && ref.Kind == "DataVolume" && ref.Name == pvc.Name &&
+		strings.HasPrefix(ref.APIVersion, "cdi.kubevirt.io/") {
+		ci.DataVolume = true
 	}
 	return ci
 }

@@ -58,6 +58,7 @@ func seedWin11() *kubevirtv1.VirtualMachine {
 }
 
 var seedClaims = claimsOf(map[string]ClaimInfo{
+	"vm-100-disk-1": {StorageClass: "local-lvm", Bytes: 2 * GiB, DataVolume: true}, // vm100's unused0
 	"vm-101-disk-0": {StorageClass: "ceph-rbd", Bytes: 64 * GiB},
 	"data-pvc":      {StorageClass: "local-lvm", Bytes: 10 * GiB},
 	"golden-disk":   {StorageClass: "local-lvm", Bytes: 3 * GiB},
@@ -323,7 +324,9 @@ func TestDeleteVolumes(t *testing.T) {
 	if c := StoredConfig(u.VM); !reflect.DeepEqual(u.Destroy, []string{"vm-100-disk-1"}) || c["unused0"] != "" || c["unused1"] != "local-lvm:vm-100-disk-2" {
 		t.Fatalf("delete unused0: %v %v", c, u.Destroy)
 	}
-	if !reflect.DeepEqual(templates(u.VM), []string{"vm-100-disk-0", "vm-100-disk-2"}) {
+	// A detached disk's template goes (KubeVirt refuses one no volume
+	// uses); its claim stays as unusedN.
+	if !reflect.DeepEqual(templates(u.VM), []string{"vm-100-disk-0"}) {
 		t.Fatalf("templates %v", templates(u.VM))
 	}
 	// Deleting unused0 again is a no-op; it does not hit unused1.
@@ -422,5 +425,39 @@ func TestCloneDiskNames(t *testing.T) {
 	}
 	if _, errs := CloneVM(up, CloneRequest{NewID: 200, Namespace: "default", VolumeTaken: func(string) (bool, error) { return false, errors.New("down") }}); errs["newid"] == "" {
 		t.Fatal("a clone whose volume names cannot be checked was built")
+	}
+}
+
+func TestClaimInfoOf(t *testing.T) {
+	sc := "local-lvm"
+	pvc := func(owner *metav1.OwnerReference) *corev1.PersistentVolumeClaim {
+		p := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "vm-100-disk-1"}}
+		p.Spec.StorageClassName = &sc
+		p.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
+		if owner != nil {
+			p.OwnerReferences = []metav1.OwnerReference{*owner}
+		}
+		return p
+	}
+	yes := true
+	ref := func(apiVersion, kind, name string, controller bool) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, Controller: &controller}
+	}
+	tests := []struct {
+		name  string
+		owner *metav1.OwnerReference
+		dv    bool
+	}{
+		{"made by CDI for its DataVolume", ref("cdi.kubevirt.io/v1beta1", "DataVolume", "vm-100-disk-1", yes), true},
+		{"no owner", nil, false},
+		{"another DataVolume's", ref("cdi.kubevirt.io/v1beta1", "DataVolume", "other", yes), false},
+		{"owned, not controlled", ref("cdi.kubevirt.io/v1beta1", "DataVolume", "vm-100-disk-1", false), false},
+		{"a VM's", ref("kubevirt.io/v1", "VirtualMachine", "vm-100-disk-1", yes), false},
+	}
+	for _, tt := range tests {
+		ci := ClaimInfoOf(pvc(tt.owner))
+		if ci.DataVolume != tt.dv || ci.StorageClass != sc || ci.Bytes != 2*GiB {
+			t.Errorf("%s: %+v", tt.name, ci)
+		}
 	}
 }

@@ -73,16 +73,31 @@ func MemoryBytes(vm *kubevirtv1.VirtualMachine) int64 {
 
 // Uptime is how long the instance has been running, in seconds.
 func Uptime(vmi *kubevirtv1.VirtualMachineInstance, now time.Time) int64 {
-	if vmi == nil || vmi.Status.Phase != kubevirtv1.Running {
+	since, ok := RunningSince(vmi)
+	if !ok {
 		return 0
+	}
+	return UptimeSince(since, now)
+}
+
+// RunningSince is when the instance entered phase Running; ok is false
+// when it does not run (uptime 0).
+func RunningSince(vmi *kubevirtv1.VirtualMachineInstance) (since time.Time, ok bool) {
+	if vmi == nil || vmi.Status.Phase != kubevirtv1.Running {
+		return time.Time{}, false
 	}
 	for _, t := range vmi.Status.PhaseTransitionTimestamps {
 		if t.Phase == kubevirtv1.Running {
-			if d := now.Sub(t.PhaseTransitionTimestamp.Time); d > 0 {
-				return int64(d / time.Second)
-			}
-			return 0
+			return t.PhaseTransitionTimestamp.Time, true
 		}
+	}
+	return time.Time{}, false
+}
+
+// UptimeSince is the whole seconds from since to now, 0 if since is later.
+func UptimeSince(since, now time.Time) int64 {
+	if d := now.Sub(since); d > 0 {
+		return int64(d / time.Second)
 	}
 	return 0
 }

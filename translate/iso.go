@@ -3,24 +3,20 @@ package translate
 import (
 	"regexp"
 	"strings"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 // ISO images are PVCs: an ISO volume "<storage>:iso/<file>" is the claim
-// ISOClaimName(file) of StorageClass <storage>, annotated with the file name.
+// ISOClaimName(file) in the VM's namespace, annotated with the file name
+// (see files.go for the directory storage that lists them).
 const (
 	// AnnotationISOFile marks a claim (or the DataVolume that makes it)
 	// holding an ISO image and names the file PVE clients see.
 	AnnotationISOFile = "pve.caddy-proxmox.io/iso-file"
-	// AnnotationSourceURL records where a downloaded ISO image came from.
+	// AnnotationSourceURL records where a downloaded file came from.
 	AnnotationSourceURL = "pve.caddy-proxmox.io/source-url"
 )
 
-// CDI annotations an ISO DataVolume carries.
+// CDI annotations a file's DataVolume carries.
 const (
 	// cdiBindImmediate asks CDI to bind the claim at once even on a
 	// WaitForFirstConsumer StorageClass: a download has no consumer yet.
@@ -68,42 +64,4 @@ func ISOClaimBytes(size int64) int64 {
 		return 1 << 62 // absurd, and refused by the storage, not here
 	}
 	return (size + margin + GiB - 1) / GiB * GiB
-}
-
-// ISODownload describes an ISO image to import from a URL.
-type ISODownload struct {
-	File, URL    string
-	Namespace    string
-	StorageClass string
-	Bytes        int64 // claim size
-}
-
-// ISODataVolume is the CDI DataVolume that imports an ISO image over
-// http(s) into a claim named ISOClaimName(File), which CDI annotates with
-// the DataVolume's annotations, so the claim carries AnnotationISOFile.
-func ISODataVolume(d ISODownload) *cdiv1.DataVolume {
-	sc := d.StorageClass
-	return &cdiv1.DataVolume{
-		TypeMeta: metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      ISOClaimName(d.File),
-			Namespace: d.Namespace,
-			Labels:    map[string]string{"app.kubernetes.io/managed-by": "caddy-proxmox"},
-			Annotations: map[string]string{
-				AnnotationISOFile:        d.File,
-				AnnotationSourceURL:      d.URL,
-				cdiBindImmediate:         "true",
-				cdiDeleteAfterCompletion: "false",
-			},
-		},
-		Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: d.URL}},
-			Storage: &cdiv1.StorageSpec{
-				StorageClassName: &sc,
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceStorage: *resource.NewQuantity(d.Bytes, resource.BinarySI),
-				}},
-			},
-		},
-	}
 }

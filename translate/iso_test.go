@@ -2,8 +2,6 @@ package translate
 
 import (
 	"testing"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 func TestNormalizeContentFilename(t *testing.T) {
@@ -65,30 +63,5 @@ func TestISOClaimBytes(t *testing.T) {
 		if got := ISOClaimBytes(tc.size); got != tc.want {
 			t.Errorf("ISOClaimBytes(%d) = %d (%.2f GiB), want %d (%.2f GiB)", tc.size, got, float64(got)/float64(GiB), tc.want, float64(tc.want)/float64(GiB))
 		}
-	}
-}
-
-func TestISODataVolume(t *testing.T) {
-	dv := ISODataVolume(ISODownload{File: "Debian-12.iso", URL: "https://cdimage.example/debian-12.iso", Namespace: "lab", StorageClass: "local-lvm", Bytes: 2 * GiB})
-	if dv.Name != "debian-12-iso" || dv.Namespace != "lab" || dv.Kind != "DataVolume" {
-		t.Fatalf("object %s/%s kind %q", dv.Namespace, dv.Name, dv.Kind)
-	}
-	if dv.Annotations[AnnotationISOFile] != "Debian-12.iso" || dv.Annotations[AnnotationSourceURL] != "https://cdimage.example/debian-12.iso" ||
-		dv.Annotations["cdi.kubevirt.io/storage.bind.immediate.requested"] != "true" ||
-		dv.Annotations["cdi.kubevirt.io/storage.deleteAfterCompletion"] != "false" {
-		t.Fatalf("annotations %v", dv.Annotations)
-	}
-	if dv.Spec.Source == nil || dv.Spec.Source.HTTP == nil || dv.Spec.Source.HTTP.URL != "https://cdimage.example/debian-12.iso" {
-		t.Fatalf("source %+v", dv.Spec.Source)
-	}
-	st := dv.Spec.Storage
-	if st == nil || st.StorageClassName == nil || *st.StorageClassName != "local-lvm" || st.Resources.Requests.Storage().Value() != 2*GiB {
-		t.Fatalf("storage %+v", st)
-	}
-	if st.AccessModes != nil || st.VolumeMode != nil {
-		t.Fatalf("access and volume mode are the storage profile's: %+v", st)
-	}
-	if q := st.Resources.Requests[corev1.ResourceStorage]; q.String() != "2Gi" {
-		t.Fatalf("size %s", q.String())
 	}
 }

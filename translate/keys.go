@@ -5,6 +5,9 @@ package translate
 // restarts of the emulator, because Kubernetes object names are immutable and
 // carry none of it.
 const (
+	// KeyPrefix begins every label and annotation key of the plugin's own.
+	KeyPrefix = "pve.caddy-proxmox.io/"
+
 	// LabelVMID holds the decimal PVE vmid. It is a label so that the
 	// emulator can select a VM by vmid and find used ids for nextid.
 	LabelVMID = "pve.caddy-proxmox.io/vmid"

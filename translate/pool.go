@@ -1,28 +1,41 @@
 package translate
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// A PVE pool is a Kubernetes namespace. Namespaces made through the pools
-// API carry LabelPool, which is what allows the API to delete them again,
-// and keep the pool's comment in AnnotationPoolComment.
+// A PVE pool is a record (a ConfigMap in the task namespace, labelled
+// LabelPoolRecord) holding its id, comment and storage members; a VM's
+// membership is its AnnotationPool. Served namespaces are pools too, as
+// they were before records existed: a VM without the annotation is in the
+// pool of its namespace (when that namespace is one). Namespaces that
+// earlier versions created for POST /pools carry LabelPool and keep their
+// comment in AnnotationPoolComment, which is still read.
 const (
-	// LabelPool is "true" on namespaces created by POST /pools.
+	// LabelPool is "true" on namespaces created by POST /pools of earlier
+	// versions; only such a namespace is deleted with its pool.
 	LabelPool = "pve.caddy-proxmox.io/pool"
 
-	// AnnotationPoolComment holds the PVE comment of a pool (of any served
-	// namespace, whoever made it).
+	// AnnotationPoolComment holds the PVE comment of a namespace's pool
+	// (read only when the pool has no record).
 	AnnotationPoolComment = "pve.caddy-proxmox.io/comment"
+
+	// AnnotationPool on a VirtualMachine names its PVE pool. "" keeps the
+	// VM out of every pool, its namespace's too; without the annotation
+	// the VM is in the pool of its namespace, if that is one.
+	AnnotationPool = "pve.caddy-proxmox.io/pool"
+
+	// LabelPoolRecord is "true" on the ConfigMaps that hold pools.
+	LabelPoolRecord = "pve.caddy-proxmox.io/pool-record"
 )
 
-// ErrInvalidPoolID classifies errors returned by ParsePoolID and
-// PoolNamespace.
+// ErrInvalidPoolID classifies errors returned by ParsePoolID.
 var ErrInvalidPoolID = errors.New("invalid pool id")
 
 // poolIDPattern is PVE's pve-poolid format: up to three levels of
@@ -43,28 +56,116 @@ func ParsePoolID(id string) error {
 	return nil
 }
 
-// PoolNamespace checks that a valid PVE poolid can also be the name of the
-// namespace that is the pool: one level (no nested pools) and a DNS-1123
-// label (lower-case letters, digits and '-', at most 63 characters). PVE's
-// own rule that a new pool starts with a letter is left to the caller,
-// which reports it as PVE does (not as a format error).
-func PoolNamespace(id string) error {
-	if err := ParsePoolID(id); err != nil {
-		return err
-	}
-	if strings.Contains(id, "/") {
-		return newParamError(ErrInvalidPoolID, fmt.Sprintf("invalid format - pool name '%s' is nested: pools are Kubernetes namespaces here, which do not nest", id))
-	}
-	if msgs := validation.IsDNS1123Label(id); len(msgs) > 0 {
-		return newParamError(ErrInvalidPoolID, fmt.Sprintf("invalid format - pool name '%s' is not a Kubernetes namespace name: pools are namespaces here, so the name must be lower-case letters, digits and '-', start and end with a letter or digit, and be at most 63 characters", id))
-	}
-	return nil
+// PoolStartsWithLetter is PVE's rule for new pools, on the last level of
+// a nested id (checked after the format, answered as a failed create
+// rather than a parameter error).
+func PoolStartsWithLetter(id string) bool {
+	leaf := id[strings.LastIndexByte(id, '/')+1:]
+	return leaf != "" && (leaf[0] >= 'a' && leaf[0] <= 'z' || leaf[0] >= 'A' && leaf[0] <= 'Z')
 }
 
-// PoolStartsWithLetter is PVE's rule for new pools (checked after the
-// format, answered as a failed create rather than a parameter error).
-func PoolStartsWithLetter(id string) bool {
-	return id != "" && (id[0] >= 'a' && id[0] <= 'z' || id[0] >= 'A' && id[0] <= 'Z')
+// PoolParent is the pool a nested pool id lives in ("a/b" for "a/b/c");
+// ok is false for a top-level pool.
+func PoolParent(id string) (parent string, ok bool) {
+	i := strings.LastIndexByte(id, '/')
+	if i < 0 {
+		return "", false
+	}
+	return id[:i], true
+}
+
+// PoolWithin tells whether pool id is ancestor or nested in it, which is
+// how PVE's grants on /pool/<ancestor> reach it.
+func PoolWithin(id, ancestor string) bool {
+	return id == ancestor || strings.HasPrefix(id, ancestor+"/")
+}
+
+// PoolRecord is a pool as its record keeps it.
+type PoolRecord struct {
+	ID      string
+	Comment string
+	// Storage are the storage ids that are members, sorted.
+	Storage []string
+}
+
+// Keys of a pool record's data.
+const (
+	poolDataID      = "poolid"
+	poolDataComment = "comment"
+	poolDataStorage = "storage"
+)
+
+// PoolRecordName is the name of the ConfigMap that holds pool id. Pool
+// ids are case-sensitive and may hold '_', '.' and '/', which object names
+// cannot: the name is a readable form of the id plus a hash of it, so
+// that two ids never share a record.
+func PoolRecordName(id string) string {
+	slug := strings.Trim(strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, id), "-")
+	if len(slug) > 40 {
+		slug = strings.TrimRight(slug[:40], "-")
+	}
+	sum := sha256.Sum256([]byte(id))
+	if slug == "" {
+		return "pve-pool-" + hex.EncodeToString(sum[:6])
+	}
+	return "pve-pool-" + slug + "-" + hex.EncodeToString(sum[:6])
+}
+
+// Data is the record's ConfigMap data.
+func (r PoolRecord) Data() map[string]string {
+	out := map[string]string{poolDataID: r.ID}
+	if r.Comment != "" {
+		out[poolDataComment] = r.Comment
+	}
+	if len(r.Storage) > 0 {
+		out[poolDataStorage] = strings.Join(r.Storage, ",")
+	}
+	return out
+}
+
+// HasStorage tells whether a storage is a member.
+func (r PoolRecord) HasStorage(id string) bool {
+	_, found := slices.BinarySearch(r.Storage, id)
+	return found
+}
+
+// SetStorage adds (member) or removes a storage.
+func (r *PoolRecord) SetStorage(id string, member bool) {
+	i, found := slices.BinarySearch(r.Storage, id)
+	switch {
+	case member && !found:
+		r.Storage = slices.Insert(slices.Clone(r.Storage), i, id)
+	case !member && found:
+		r.Storage = slices.Delete(slices.Clone(r.Storage), i, i+1)
+	}
+}
+
+// ParsePoolRecord reads a record's ConfigMap data; name is the
+// ConfigMap's, which must be the id's (a record copied under another name
+// would otherwise answer for a pool it is not).
+func ParsePoolRecord(name string, data map[string]string) (PoolRecord, error) {
+	id := data[poolDataID]
+	if err := ParsePoolID(id); err != nil {
+		return PoolRecord{}, fmt.Errorf("pool record %s: %w", name, err)
+	}
+	if want := PoolRecordName(id); name != want {
+		return PoolRecord{}, fmt.Errorf("pool record %s: holds pool %q, whose record is %s", name, id, want)
+	}
+	r := PoolRecord{ID: id, Comment: data[poolDataComment]}
+	for _, s := range SplitList(data[poolDataStorage]) {
+		if ParseStorageID(s) == nil {
+			r.SetStorage(s, true)
+		}
+	}
+	return r, nil
 }
 
 // ParseStorageID checks a storage id the way PVE's pve-storage-id format

@@ -11,6 +11,14 @@ const (
 	groupStorage  = "storage.k8s.io"
 )
 
+// GroupPVE is the API group of the plugin's own RBAC resource, pools: no
+// API serves it, RBAC rules name it, and the plugin asks about it in
+// access reviews (with the pool id as the resource name).
+const (
+	GroupPVE      = "pve.caddy-proxmox.io"
+	ResourcePools = "pools"
+)
+
 // RBACRule is the Kubernetes permission that stands for a PVE privilege:
 // a verb on a resource (and subresource) of an API group. A namespaced
 // rule applies in the namespace of the PVE path (a pool); the others are
@@ -37,8 +45,13 @@ func PrivilegeRule(priv string, virtAPI bool) RBACRule {
 		return RBACRule{Group: groupKubeVirt, Resource: "virtualmachines", Verb: verb, Namespaced: true}
 	}
 	switch {
-	case priv == "VM.Audit", priv == "Pool.Audit":
+	case priv == "VM.Audit":
 		return vm("list")
+	case priv == "Pool.Audit":
+		// Pools are records of the plugin, not Kubernetes objects: a
+		// cluster-wide rule on the plugin's own resource, whose resource
+		// names may limit it to some pools.
+		return RBACRule{Group: GroupPVE, Resource: ResourcePools, Verb: "get"}
 	case priv == "VM.PowerMgmt":
 		if virtAPI {
 			return RBACRule{Group: groupSub, Resource: "virtualmachines", Subresource: "start", Verb: "update", Namespaced: true}
@@ -66,10 +79,8 @@ func PrivilegeRule(priv string, virtAPI bool) RBACRule {
 	case priv == "Datastore.Audit":
 		return RBACRule{Group: groupStorage, Resource: "storageclasses", Verb: "list"}
 	case priv == "Pool.Allocate":
-		// Pools are namespaces: making one is creating a namespace, a
-		// cluster-wide right (the write itself, create, patch or delete,
-		// is then made as the caller).
-		return RBACRule{Group: "", Resource: "namespaces", Verb: "create"}
+		// Creating, changing and deleting pools (see Pool.Audit).
+		return RBACRule{Group: GroupPVE, Resource: ResourcePools, Verb: "update"}
 	case priv == "Datastore.AllocateSpace":
 		return RBACRule{Group: "", Resource: "persistentvolumeclaims", Verb: "create", Namespaced: true}
 	case priv == "Datastore.AllocateTemplate":

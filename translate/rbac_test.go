@@ -19,7 +19,7 @@ func TestPrivilegeRule(t *testing.T) {
 		want    RBACRule
 	}{
 		{"VM.Audit", true, vm("list")},
-		{"Pool.Audit", true, vm("list")},
+		{"Pool.Audit", true, cluster("pve.caddy-proxmox.io", "pools", "get")},
 		{"VM.PowerMgmt", true, ns("subresources.kubevirt.io", "virtualmachines", "start", "update")},
 		{"VM.PowerMgmt", false, vm("patch")},
 		{"VM.Console", true, ns("subresources.kubevirt.io", "virtualmachineinstances", "vnc", "get")},
@@ -41,7 +41,7 @@ func TestPrivilegeRule(t *testing.T) {
 		{"VM.Migrate", true, ns("kubevirt.io", "virtualmachineinstancemigrations", "", "create")},
 		{"Sys.Audit", true, cluster("", "nodes", "list")},
 		{"Datastore.Audit", true, cluster("storage.k8s.io", "storageclasses", "list")},
-		{"Pool.Allocate", true, cluster("", "namespaces", "create")},
+		{"Pool.Allocate", true, cluster("pve.caddy-proxmox.io", "pools", "update")},
 		{"Datastore.AllocateSpace", true, ns("", "persistentvolumeclaims", "", "create")},
 		{"Datastore.AllocateTemplate", true, ns("cdi.kubevirt.io", "datavolumes", "", "create")},
 		{"Datastore.Allocate", true, ns("", "persistentvolumeclaims", "", "delete")},

@@ -26,6 +26,11 @@ const (
 	LockDestroyed = "destroyed" // set by qemu-server while a VM is destroyed
 	LockCreate    = "create"
 	LockClone     = "clone"
+	// LockSnapshot and LockRollback are qemu-server's locks while a
+	// snapshot is taken or restored; KubeVirt's are the VM's
+	// status.snapshotInProgress and status.restoreInProgress.
+	LockSnapshot = "snapshot"
+	LockRollback = "rollback"
 )
 
 // GuestState is the PVE view of a VM's power state. Clients poll Status for
@@ -103,10 +108,22 @@ func (s GuestState) Running() bool { return s.Status == StatusRunning }
 // there is none): VMState over the VM's printableStatus, the instance's
 // phase and its Paused condition.
 func GuestStateOf(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) GuestState {
+	var st GuestState
 	if vmi == nil {
-		return VMState(vm.Status.PrintableStatus, "", false, false)
+		st = VMState(vm.Status.PrintableStatus, "", false, false)
+	} else {
+		st = VMState(vm.Status.PrintableStatus, vmi.Status.Phase, true, VMIPaused(vmi))
 	}
-	return VMState(vm.Status.PrintableStatus, vmi.Status.Phase, true, VMIPaused(vmi))
+	// KubeVirt's snapshot and restore controllers lock the VM in its
+	// status while they work, and its webhook refuses changes until then.
+	switch {
+	case st.Lock != "":
+	case vm.Status.RestoreInProgress != nil:
+		st.Lock = LockRollback
+	case vm.Status.SnapshotInProgress != nil:
+		st.Lock = LockSnapshot
+	}
+	return st
 }
 
 // VMIPaused tells whether an instance has a true Paused condition.

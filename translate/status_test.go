@@ -132,6 +132,15 @@ func TestGuestStateOf(t *testing.T) {
 	vm := func(ps kubevirtv1.VirtualMachinePrintableStatus) *kubevirtv1.VirtualMachine {
 		return &kubevirtv1.VirtualMachine{Status: kubevirtv1.VirtualMachineStatus{PrintableStatus: ps}}
 	}
+	locked := func(vm *kubevirtv1.VirtualMachine, snapshot, restore string) *kubevirtv1.VirtualMachine {
+		if snapshot != "" {
+			vm.Status.SnapshotInProgress = &snapshot
+		}
+		if restore != "" {
+			vm.Status.RestoreInProgress = &restore
+		}
+		return vm
+	}
 	pausedCond := func(s corev1.ConditionStatus) []kubevirtv1.VirtualMachineInstanceCondition {
 		return []kubevirtv1.VirtualMachineInstanceCondition{
 			{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue},
@@ -172,6 +181,12 @@ func TestGuestStateOf(t *testing.T) {
 			GuestState{Status: "stopped", QMPStatus: "stopped"}, false, false},
 		{"node unreachable", vm(kubevirtv1.VirtualMachineStatusRunning), vmi(kubevirtv1.Unknown, nil, false),
 			GuestState{Status: "unknown"}, false, false},
+		{"snapshot in progress", locked(vm(kubevirtv1.VirtualMachineStatusRunning), "snap", ""), vmi(kubevirtv1.Running, nil, false),
+			GuestState{Status: "running", QMPStatus: "running", Lock: "snapshot"}, false, true},
+		{"restore in progress", locked(vm(kubevirtv1.VirtualMachineStatusStopped), "", "restore"), nil,
+			GuestState{Status: "stopped", QMPStatus: "stopped", Lock: "rollback"}, false, false},
+		{"migrating and snapshotting: one lock", locked(vm(kubevirtv1.VirtualMachineStatusMigrating), "snap", ""), vmi(kubevirtv1.Running, nil, false),
+			GuestState{Status: "running", QMPStatus: "running", Lock: "migrate"}, false, true},
 	}
 	for _, tt := range tests {
 		got := GuestStateOf(tt.vm, tt.vmi)

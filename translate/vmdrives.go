@@ -3,6 +3,8 @@ package translate
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -106,8 +108,11 @@ func ownedClaims(vm *kubevirtv1.VirtualMachine, sds []specDisk, stored map[strin
 			continue
 		}
 		if n := unusedVolume(stored[k]); n != "" && owned[n] == nil {
+			// A detached disk's template left the spec with it (see
+			// keptTemplates); its claim may still be a DataVolume's.
 			st, _, _ := strings.Cut(stored[k], ":")
-			owned[n] = &ownedClaim{storage: st, dv: false}
+			ci, _ := claims.get(n)
+			owned[n] = &ownedClaim{storage: st, dv: ci.DataVolume}
 		}
 	}
 	for n, o := range owned {
@@ -234,7 +239,7 @@ func (p *drivePlan) mapDrive(k string) {
 // cloud-init Secret. A VM has one.
 func (p *drivePlan) cloudInitDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubevirtv1.Disk, *kubevirtv1.Volume, error) {
 	m := ciVolRE.FindStringSubmatch(d.file)
-	if p.req.StorageExists != nil && !p.req.StorageExists(m[1]) {
+	if p.req.StorageExists != nil && !p.req.StorageExists(m[1]) && !p.fileStorage(m[1]) {
 		return kubevirtv1.Disk{}, nil, fmt.Errorf("storage '%s' does not exist", m[1])
 	}
 	if p.ciDrive != "" {
@@ -286,7 +291,10 @@ func (p *drivePlan) cdromDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kube
 // diskDrive maps a disk drive onto a disk of the key's bus (diskTarget)
 // and the claim diskClaim finds or makes for it.
 func (p *drivePlan) diskDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubevirtv1.Disk, *kubevirtv1.Volume, error) {
-	disk := diskTarget(bus, d)
+	disk, err := diskTarget(bus, d)
+	if err != nil {
+		return kubevirtv1.Disk{}, nil, err
+	}
 	name, asDV, err := p.diskClaim(d)
 	if err != nil {
 		return kubevirtv1.Disk{}, nil, err
@@ -297,8 +305,8 @@ func (p *drivePlan) diskDrive(k string, d *drive, bus kubevirtv1.DiskBus) (kubev
 
 // diskTarget is the KubeVirt disk for a drive on bus, with the drive
 // options KubeVirt has: iothread (a dedicated I/O thread), cache and
-// serial.
-func diskTarget(bus kubevirtv1.DiskBus, d *drive) kubevirtv1.Disk {
+// serial (see diskSerial).
+func diskTarget(bus kubevirtv1.DiskBus, d *drive) (kubevirtv1.Disk, error) {
 	disk := kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}}
 	// KubeVirt gives I/O threads to virtio disks only; its VM webhook
 	// refuses dedicatedIOThread on any other bus ("IOThreads are not
@@ -312,9 +320,43 @@ func diskTarget(bus kubevirtv1.DiskBus, d *drive) kubevirtv1.Disk {
 	if c := d.opts["cache"]; c == "none" || c == "writethrough" || c == "writeback" {
 		disk.Cache = kubevirtv1.DriverCache(c)
 	}
-	disk.Serial = d.opts["serial"]
-	return disk
+	serial, err := diskSerial(d.opts["serial"])
+	disk.Serial = serial
+	return disk, err
 }
+
+// diskSerial is the serial KubeVirt gives the guest for PVE's serial=,
+// which is url-encoded (qemu-server's "urlencoded" format, at most 60
+// characters) and decoded for QEMU. KubeVirt's VM webhook accepts only
+// serials made of [A-Za-z0-9_.+-]; a value whose decoded form has any
+// other character is refused here, saying why, rather than changed into
+// a serial the guest would not know.
+func diskSerial(v string) (string, error) {
+	switch {
+	case v == "":
+		return "", nil
+	case len(v) > 60:
+		return "", fmt.Errorf("invalid format - serial: value may only be 60 characters long")
+	case !urlencodedRE.MatchString(v):
+		return "", fmt.Errorf("invalid format - serial: invalid urlencoded string: %s", v)
+	}
+	dec, err := url.PathUnescape(v)
+	if err != nil {
+		return "", fmt.Errorf("invalid format - serial: invalid urlencoded string: %s", v)
+	}
+	if !kubevirtSerialRE.MatchString(dec) {
+		return "", fmt.Errorf("serial '%s' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial", dec)
+	}
+	return dec, nil
+}
+
+var (
+	// urlencodedRE is pve_verify_urlencoded's pattern.
+	urlencodedRE = regexp.MustCompile(`^[-%a-zA-Z0-9_.!~*'()]*$`)
+	// kubevirtSerialRE is what KubeVirt's webhook accepts as a disk
+	// serial (pkg/storage/admitters/disks.go).
+	kubevirtSerialRE = regexp.MustCompile(`^[A-Za-z0-9_.+-]+$`)
+)
 
 // claimVolume is the volume of disk k on claim name: a dataVolume volume
 // for a DataVolume (so KubeVirt waits for it to be filled), else the PVC.
@@ -339,8 +381,8 @@ func (p *drivePlan) diskClaim(d *drive) (name string, asDV bool, err error) {
 		name, err = p.blankDisk(d, m[2], m[3])
 		return name, true, err
 	}
-	if st, name, ok := strings.Cut(d.file, ":"); ok && st != "" && p.owned[name] != nil {
-		return p.reattach(d, name)
+	if st, name, ok := strings.Cut(d.file, ":"); ok && st != "" && p.owned[ClaimOfVolume(name)] != nil {
+		return p.reattach(d, ClaimOfVolume(name))
 	}
 	return "", false, p.unknownVolume(d)
 }
@@ -351,12 +393,18 @@ func (p *drivePlan) diskClaim(d *drive) (name string, asDV bool, err error) {
 func (p *drivePlan) importDisk(d *drive, imp string) (string, error) {
 	m := newDiskRE.FindStringSubmatch(d.file)
 	src := strings.SplitN(imp, ":", 2)
+	if len(src) == 2 {
+		// An image of the directory storage is the claim holding it.
+		if f, ok := strings.CutPrefix(src[1], ContentImport+"/"); ok && f != "" && !strings.Contains(f, "/") {
+			src[1] = FileClaimName(ContentImport, f)
+		}
+	}
 	if len(src) != 2 || strings.Contains(src[1], "/") || m[2] == "" {
-		return "", fmt.Errorf("import-from '%s': only volumes of this cluster ('<storage>:<volume>') can be imported", imp)
+		return "", fmt.Errorf("import-from '%s': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported", imp)
 	}
 	storage := m[2]
-	if p.req.StorageExists != nil && !p.req.StorageExists(storage) {
-		return "", fmt.Errorf("storage '%s' does not exist", storage)
+	if err := p.diskStorage(storage); err != nil {
+		return "", err
 	}
 	bytes := gibBytes(m[3])
 	if p.req.Claim != nil {
@@ -364,7 +412,11 @@ func (p *drivePlan) importDisk(d *drive, imp string) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("import-from: volume '%s' does not exist", imp)
 		}
-		bytes = max(bytes, ci.Bytes)
+		if ci.ImageBytes > 0 {
+			bytes = max(bytes, ci.ImageBytes)
+		} else {
+			bytes = max(bytes, ci.Bytes)
+		}
 	}
 	bytes = wholeMiB(bytes)
 	name, err := p.newVolume()
@@ -386,8 +438,8 @@ func (p *drivePlan) blankDisk(d *drive, storage, gib string) (string, error) {
 	if storage == "" {
 		return "", fmt.Errorf("missing storage ID in '%s'", d.file)
 	}
-	if p.req.StorageExists != nil && !p.req.StorageExists(storage) {
-		return "", fmt.Errorf("storage '%s' does not exist", storage)
+	if err := p.diskStorage(storage); err != nil {
+		return "", err
 	}
 	bytes := gibBytes(gib)
 	if bytes <= 0 {
@@ -432,7 +484,7 @@ func (p *drivePlan) reattach(d *drive, name string) (string, bool, error) {
 // volume at all.
 func (p *drivePlan) unknownVolume(d *drive) error {
 	st, name, ok := strings.Cut(d.file, ":")
-	_, claimed := p.req.Claim.get(name)
+	_, claimed := p.req.Claim.get(ClaimOfVolume(name))
 	switch {
 	case ok && st != "" && claimed:
 		return fmt.Errorf("volume '%s' is not a volume of VM %d", d.file, p.req.VMID)
@@ -446,6 +498,22 @@ func (p *drivePlan) unknownVolume(d *drive) error {
 // no claim of the VM, none the call deletes, none VolumeTaken reports.
 func (p *drivePlan) newVolume() (string, error) {
 	return freeVolumeName(p.req.VMID, &p.next, func(name string) bool { return p.owned[name] != nil || p.chg.destroy[name] }, p.req.VolumeTaken)
+}
+
+// fileStorage tells whether storage keeps files only (VMRequest.FileStorage).
+func (p *drivePlan) fileStorage(storage string) bool {
+	return p.req.FileStorage != nil && p.req.FileStorage(storage)
+}
+
+// diskStorage checks that a new disk may go to storage, in PVE's words.
+func (p *drivePlan) diskStorage(storage string) error {
+	switch {
+	case p.fileStorage(storage):
+		return fmt.Errorf("storage '%s' does not support vm images", storage)
+	case p.req.StorageExists != nil && !p.req.StorageExists(storage):
+		return fmt.Errorf("storage '%s' does not exist", storage)
+	}
+	return nil
 }
 
 // addTemplate records a new DataVolume template as one the VM owns.
@@ -559,12 +627,24 @@ func unusedEntries(owned map[string]*ownedClaim, used, destroy map[string]bool, 
 }
 
 // keptTemplates are the DataVolume templates the VM keeps, in name order:
-// all but those the call destroys. A detached disk keeps its template, so
-// that its DataVolume stays the VM's.
-func keptTemplates(templates map[string]kubevirtv1.DataVolumeTemplateSpec, destroy map[string]bool) []kubevirtv1.DataVolumeTemplateSpec {
+// those a volume of vols still uses and the call does not destroy.
+// KubeVirt's VM webhook refuses a template no volume references
+// (ValidateDataVolumeTemplate), so a detached disk's template goes while
+// its DataVolume stays, still owned by the VM (virt-controller never
+// deletes the DataVolume of a template dropped) and named by its unusedN.
+func keptTemplates(templates map[string]kubevirtv1.DataVolumeTemplateSpec, destroy map[string]bool, vols []kubevirtv1.Volume) []kubevirtv1.DataVolumeTemplateSpec {
+	referenced := map[string]bool{}
+	for _, v := range vols {
+		switch {
+		case v.DataVolume != nil:
+			referenced[v.DataVolume.Name] = true
+		case v.PersistentVolumeClaim != nil:
+			referenced[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
 	var out []kubevirtv1.DataVolumeTemplateSpec
 	for _, n := range orderedKeys(templates) {
-		if !destroy[n] {
+		if !destroy[n] && referenced[n] {
 			out = append(out, templates[n])
 		}
 	}
@@ -585,7 +665,7 @@ func (p *drivePlan) write(vm *kubevirtv1.VirtualMachine) {
 		}
 	}
 	pinDiskKeys(vm, kept)
-	vm.Spec.DataVolumeTemplates = keptTemplates(p.templates, p.chg.destroy)
+	vm.Spec.DataVolumeTemplates = keptTemplates(p.templates, p.chg.destroy, p.vols)
 	vm.Spec.Template.Spec.Domain.Devices.Disks = p.disks
 	vm.Spec.Template.Spec.Volumes = p.vols
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // vm100 has scsi0 on vm-100-disk-0 (an 8 GiB DataVolume template on
-// local-lvm) and vm-100-disk-1 (2 GiB) detached as unused0.
+// local-lvm) and vm-100-disk-1 (2 GiB) detached as unused0: its template
+// left the spec, its DataVolume's claim is in seedClaims.
 func vm100(t *testing.T) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	vm := buildOK(t, map[string]string{"scsi0": "local-lvm:8", "scsi1": "local-lvm:2"})
@@ -34,9 +35,19 @@ func testPlan(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[string]strin
 	return newDrivePlan(vm.DeepCopy(), req, cfg, bootOrder(cfg), map[string]string{}, &diskChange{destroy: map[string]bool{}})
 }
 
+// claims100 are seedClaims and vm100's detached disk, whose DataVolume
+// outlives its template.
+var claims100 = func(name string) (ClaimInfo, bool) {
+	if name == "vm-100-disk-1" {
+		return ClaimInfo{StorageClass: "local-lvm", Bytes: 2 * GiB}, true
+	}
+	return seedClaims(name)
+}
+
 func req100() VMRequest {
 	return VMRequest{VMID: 100, Namespace: "default", StorageExists: func(s string) bool { return s == "local-lvm" || s == "ceph-rbd" },
-		Claim: seedClaims, VolumeTaken: takenBy(seedClaims),
+		FileStorage: func(s string) bool { return s == "local" },
+		Claim:       claims100, VolumeTaken: takenBy(seedClaims),
 		ISOSize: func(claim string) (int64, bool) { return 658505728, claim == "debian-12-iso" }}
 }
 
@@ -72,9 +83,12 @@ func TestOwnedClaims(t *testing.T) {
 		want      map[string]ownedClaim
 		templates []string
 	}{
-		{"templates, attached and detached", vm100(t), nil,
-			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": tmpl("local-lvm")},
-			[]string{"vm-100-disk-0", "vm-100-disk-1"}},
+		{"a template attached, a DataVolume detached", vm100(t), seedClaims,
+			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": {storage: "local-lvm", dv: true}},
+			[]string{"vm-100-disk-0"}},
+		{"a detached claim nothing knows of", vm100(t), nil,
+			map[string]ownedClaim{"vm-100-disk-0": tmpl("local-lvm"), "vm-100-disk-1": {storage: "local-lvm"}},
+			[]string{"vm-100-disk-0"}},
 		{"a PVC, storage from the claim", seedWin11(), seedClaims,
 			map[string]ownedClaim{"vm-101-disk-0": {storage: "ceph-rbd"}}, []string{}},
 		{"a PVC, storage unknown", seedWin11(), nil,
@@ -225,6 +239,10 @@ func TestMapDrive(t *testing.T) {
 			want{cdrom: kubevirtv1.DiskBusSATA, source: "nocloud", shown: "local-lvm:vm-100-cloudinit,media=cdrom"}},
 		{"cloud-init on SCSI, config drive", "scsi5", "local-lvm:vm-100-cloudinit", map[string]string{"citype": "configdrive2"},
 			want{cdrom: kubevirtv1.DiskBusSCSI, source: "configdrive", shown: "local-lvm:vm-100-cloudinit,media=cdrom"}},
+		{"cloud-init on the directory storage (the drive is a Secret)", "ide2", "local:cloudinit", nil,
+			want{cdrom: kubevirtv1.DiskBusSATA, source: "nocloud", shown: "local:vm-100-cloudinit,media=cdrom"}},
+		{"cloud-init on no storage", "ide2", "nope:cloudinit", nil, want{err: "storage 'nope' does not exist"}},
+		{"a disk on the directory storage", "scsi3", "local:4", nil, want{err: "storage 'local' does not support vm images"}},
 		{"empty CD-ROM", "ide0", "none,media=cdrom", nil, want{none: true, shown: "none,media=cdrom"}},
 		{"physical CD-ROM", "ide0", "cdrom,media=cdrom", nil, want{none: true, shown: "cdrom,media=cdrom"}},
 		{"ISO image", "ide0", "local:iso/debian-12.iso,media=cdrom", map[string]string{"boot": "order=ide0"},
@@ -236,7 +254,7 @@ func TestMapDrive(t *testing.T) {
 		{"new disk", "virtio1", "local-lvm:4,iothread=1", map[string]string{"boot": "order=scsi0;virtio1"},
 			want{disk: kubevirtv1.DiskBusVirtio, source: "dv:vm-100-disk-2", shown: "local-lvm:vm-100-disk-2,iothread=1,size=4G", boot: 2}},
 		{"unused disk re-attached", "sata1", "local-lvm:vm-100-disk-1", nil,
-			want{disk: kubevirtv1.DiskBusSATA, source: "dv:vm-100-disk-1", shown: "local-lvm:vm-100-disk-1,size=2G"}},
+			want{disk: kubevirtv1.DiskBusSATA, source: "pvc:vm-100-disk-1", shown: "local-lvm:vm-100-disk-1,size=2G"}},
 		{"IDE disk runs on SATA", "ide1", "local-lvm:1", nil,
 			want{disk: kubevirtv1.DiskBusSATA, source: "dv:vm-100-disk-2", shown: "local-lvm:vm-100-disk-2,size=1G"}},
 		{"unparsable", "scsi3", "local-lvm:3,x", nil, want{err: "invalid format - format error: 'x' is not a key=value pair"}},
@@ -341,8 +359,31 @@ func TestDiskTarget(t *testing.T) {
 		{kubevirtv1.DiskBusSCSI, "local-lvm:1,serial=abc", kubevirtv1.Disk{DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: "scsi"}}, Serial: "abc"}},
 	}
 	for _, tt := range tests {
-		if got := diskTarget(tt.bus, mustDrive(t, tt.v)); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("diskTarget(%s, %q) = %+v, want %+v", tt.bus, tt.v, got, tt.want)
+		if got, err := diskTarget(tt.bus, mustDrive(t, tt.v)); !reflect.DeepEqual(got, tt.want) || err != nil {
+			t.Errorf("diskTarget(%s, %q) = %+v, %v; want %+v", tt.bus, tt.v, got, err, tt.want)
+		}
+	}
+}
+
+func TestDiskSerial(t *testing.T) {
+	tests := []struct{ v, want, err string }{
+		{"", "", ""},
+		{"WD-WX12345678", "WD-WX12345678", ""},
+		{"disk_1.data%2Ba", "disk_1.data+a", ""},
+		{"disk+1", "", "invalid format - serial: invalid urlencoded string: disk+1"}, // as PVE: '+' must be encoded
+		{"ABC%2B1", "ABC+1", ""},     // url-encoded, decoded as QEMU gets it
+		{"abc%2Ddef", "abc-def", ""}, // an encoded character KubeVirt takes
+		{"my%20disk", "", "serial 'my disk' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"it's", "", "serial 'it's' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"a%2Fb", "", "serial 'a/b' is not supported: KubeVirt takes only the characters A-Z, a-z, 0-9, '_', '.', '+' and '-' in a disk serial"},
+		{"a b", "", "invalid format - serial: invalid urlencoded string: a b"},
+		{"50%", "", "invalid format - serial: invalid urlencoded string: 50%"},
+		{strings.Repeat("x", 61), "", "invalid format - serial: value may only be 60 characters long"},
+	}
+	for _, tt := range tests {
+		got, err := diskSerial(tt.v)
+		if got != tt.want || errText(err) != tt.err {
+			t.Errorf("diskSerial(%q) = %q, %q; want %q, %q", tt.v, got, errText(err), tt.want, tt.err)
 		}
 	}
 }
@@ -381,10 +422,10 @@ func TestDiskClaim(t *testing.T) {
 	}{
 		{"local-lvm:0,import-from=local-lvm:golden-disk", "vm-100-disk-2", true, ""},
 		{"local-lvm:3", "vm-100-disk-2", true, ""},
-		{"local-lvm:vm-100-disk-1", "vm-100-disk-1", true, ""},
-		{"pvc:vm-100-disk-0", "vm-100-disk-0", true, ""}, // the storage part is not checked for an owned claim
+		{"local-lvm:vm-100-disk-1", "vm-100-disk-1", false, ""}, // detached: its template is gone
+		{"pvc:vm-100-disk-0", "vm-100-disk-0", true, ""},        // the storage part is not checked for an owned claim
 		// import-from on a value that is no new disk is no import.
-		{"local-lvm:vm-100-disk-1,import-from=local-lvm:golden-disk", "vm-100-disk-1", true, ""},
+		{"local-lvm:vm-100-disk-1,import-from=local-lvm:golden-disk", "vm-100-disk-1", false, ""},
 		{"local-lvm:data-pvc", "", false, "volume 'local-lvm:data-pvc' is not a volume of VM 100"},
 	}
 	for _, tt := range tests {
@@ -401,6 +442,13 @@ func TestDiskClaim(t *testing.T) {
 	}
 }
 
+// imageClaims are claims holding images to import: one kept as a file
+// (its disk 3 GiB in a 4 GiB claim), one on a block volume.
+var imageClaims = claimsOf(map[string]ClaimInfo{
+	"import-noble-qcow2": {StorageClass: "local-lvm", Bytes: 4 * GiB, ImageBytes: 3 * GiB},
+	"import-block-raw":   {StorageClass: "local-lvm", Bytes: 5 * GiB},
+})
+
 func TestImportDisk(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -416,16 +464,21 @@ func TestImportDisk(t *testing.T) {
 		{"never smaller than the source", "local-lvm:1", "ceph-rbd:golden-disk", seedClaims, nil, "local-lvm:vm-100-disk-0,size=3G", 3 * GiB, ""},
 		{"no claim facts: the size asked, whole MiB", "local-lvm:0.001", "local-lvm:x", nil, nil, "local-lvm:vm-100-disk-0,size=2M", 2 << 20, ""},
 		{"no claim facts, no size: CDI's", "local-lvm:0", "local-lvm:x", nil, nil, "local-lvm:vm-100-disk-0", 0, ""},
-		{"name in use elsewhere", "local-lvm:0", "local-lvm:golden-disk", seedClaims, takenBy(seedClaims, "vm-100-disk-0"),
-			"local-lvm:vm-100-disk-1,size=3G", 3 * GiB, ""},
+		{"names in use elsewhere (one reported, one a claim)", "local-lvm:0", "local-lvm:golden-disk", seedClaims, takenBy(seedClaims, "vm-100-disk-0"),
+			"local-lvm:vm-100-disk-2,size=3G", 3 * GiB, ""},
 		{"not a volume id", "local-lvm:0", "golden-disk", seedClaims, nil, "", 0,
-			"import-from 'golden-disk': only volumes of this cluster ('<storage>:<volume>') can be imported"},
+			"import-from 'golden-disk': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported"},
 		{"a path", "local-lvm:0", "local:images/x.qcow2", seedClaims, nil, "", 0,
-			"import-from 'local:images/x.qcow2': only volumes of this cluster ('<storage>:<volume>') can be imported"},
+			"import-from 'local:images/x.qcow2': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported"},
 		{"no target storage", "1", "local-lvm:golden-disk", seedClaims, nil, "", 0,
-			"import-from 'local-lvm:golden-disk': only volumes of this cluster ('<storage>:<volume>') can be imported"},
+			"import-from 'local-lvm:golden-disk': only volumes of this cluster ('<storage>:<volume>' or '<storage>:import/<file>') can be imported"},
 		{"unknown storage", "nope:1", "local-lvm:golden-disk", seedClaims, nil, "", 0, "storage 'nope' does not exist"},
 		{"missing source", "local-lvm:1", "local-lvm:missing", seedClaims, nil, "", 0, "import-from: volume 'local-lvm:missing' does not exist"},
+		// An image of the directory storage: its claim, sized as the image's disk.
+		{"an import image", "local-lvm:0", "local:import/noble.qcow2", imageClaims, nil, "local-lvm:vm-100-disk-0,size=3G", 3 * GiB, ""},
+		{"an import image, larger", "local-lvm:8", "local:import/noble.qcow2", imageClaims, nil, "local-lvm:vm-100-disk-0,size=8G", 8 * GiB, ""},
+		{"an import image on block storage: the claim's size", "local-lvm:0", "local:import/block.raw", imageClaims, nil, "local-lvm:vm-100-disk-0,size=5G", 5 * GiB, ""},
+		{"a missing import image", "local-lvm:0", "local:import/none.qcow2", imageClaims, nil, "", 0, "import-from: volume 'local:import/none.qcow2' does not exist"},
 		{"names cannot be checked", "local-lvm:1", "local-lvm:golden-disk", seedClaims,
 			func(string) (bool, error) { return false, errors.New("apiserver down") }, "", 0,
 			"cannot tell whether volume name 'vm-100-disk-0' is free: apiserver down"},
@@ -451,7 +504,11 @@ func TestImportDisk(t *testing.T) {
 		}
 		tmpl := p.templates[name]
 		src := tmpl.Spec.Source
-		if _, want, _ := strings.Cut(tt.imp, ":"); src == nil || src.PVC == nil || src.PVC.Namespace != "default" || src.PVC.Name != want {
+		_, want, _ := strings.Cut(tt.imp, ":")
+		if f, ok := strings.CutPrefix(want, "import/"); ok {
+			want = FileClaimName(ContentImport, f)
+		}
+		if src == nil || src.PVC == nil || src.PVC.Namespace != "default" || src.PVC.Name != want {
 			t.Errorf("%s: source %+v", tt.name, src)
 		}
 		if got := DataVolumeSize(tmpl); got != tt.size || TemplateStorageClass(tmpl) != "local-lvm" {
@@ -478,6 +535,7 @@ func TestBlankDisk(t *testing.T) {
 		{"zero", "local-lvm:0", "", 0, "disk size must be greater than zero"},
 		{"no storage", "4", "", 0, "missing storage ID in '4'"},
 		{"unknown storage", "nope:4", "", 0, "storage 'nope' does not exist"},
+		{"the directory storage", "local:4", "", 0, "storage 'local' does not support vm images"},
 	}
 	for _, tt := range tests {
 		p := testPlan(buildOK(t, map[string]string{}), req100(), map[string]string{})
@@ -522,7 +580,9 @@ func TestReattach(t *testing.T) {
 		asDV   bool
 		err    string
 	}{
-		{"template: its size", vm100(t), nil, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", true, ""},
+		{"detached template disk: the claim's size", vm100(t), claims100, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", false, ""},
+		{"template: its size", buildOK(t, map[string]string{"scsi0": "local-lvm:8"}), nil, "local-lvm:vm-100-disk-0", "vm-100-disk-0", false, "local-lvm:vm-100-disk-0,size=8G", true, ""},
+		{"a detached DataVolume: the claim's size", vm100(t), seedClaims, "local-lvm:vm-100-disk-1", "vm-100-disk-1", false, "local-lvm:vm-100-disk-1,size=2G", true, ""},
 		{"PVC: the claim's size", seedWin11(), seedClaims, "ceph-rbd:vm-101-disk-0", "vm-101-disk-0", false, "ceph-rbd:vm-101-disk-0,size=64G", false, ""},
 		{"PVC, size unknown", seedWin11(), nil, "pvc:vm-101-disk-0,size=9G", "vm-101-disk-0", false, "pvc:vm-101-disk-0,size=9G", false, ""},
 		{"twice", vm100(t), nil, "local-lvm:vm-100-disk-0", "vm-100-disk-0", true, "", false,
@@ -645,14 +705,20 @@ func TestUnusedEntries(t *testing.T) {
 
 func TestKeptTemplates(t *testing.T) {
 	templates := map[string]kubevirtv1.DataVolumeTemplateSpec{}
-	for _, n := range []string{"vm-1-disk-2", "vm-1-disk-0", "vm-1-disk-1"} {
+	for _, n := range []string{"vm-1-disk-2", "vm-1-disk-0", "vm-1-disk-1", "vm-1-disk-3"} {
 		templates[n] = blankTemplate(n, "local-lvm", GiB)
 	}
-	got := keptTemplates(templates, map[string]bool{"vm-1-disk-1": true})
+	vols := []kubevirtv1.Volume{
+		*claimVolume("scsi0", "vm-1-disk-2", true),
+		*claimVolume("scsi1", "vm-1-disk-0", false), // a PVC volume references its template too
+		{Name: "ide2", VolumeSource: kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{Image: "x"}}},
+	}
+	// vm-1-disk-1 is detached (or destroyed): no volume, no template.
+	got := keptTemplates(templates, nil, vols)
 	if len(got) != 2 || got[0].Name != "vm-1-disk-0" || got[1].Name != "vm-1-disk-2" {
 		t.Fatalf("kept %v", got)
 	}
-	if keptTemplates(map[string]kubevirtv1.DataVolumeTemplateSpec{}, nil) != nil {
+	if keptTemplates(map[string]kubevirtv1.DataVolumeTemplateSpec{}, nil, nil) != nil {
 		t.Fatal("no templates must stay nil, as the VM had none")
 	}
 }

@@ -3,6 +3,7 @@ package translate
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,6 +102,7 @@ func MarkTemplate(vm *kubevirtv1.VirtualMachine) {
 	vm.Spec.RunStrategy = &halted
 	cfg := StoredConfig(vm)
 	cfg["template"] = "1"
+	baseVolumes(cfg)
 	if vm.Annotations == nil {
 		vm.Annotations = map[string]string{}
 	}
@@ -120,4 +122,52 @@ func Provisioning(vm *kubevirtv1.VirtualMachine) bool {
 		return len(vm.Spec.DataVolumeTemplates) > 0 && !vm.Status.Created
 	}
 	return false
+}
+
+// A template's disks are named base-<vmid>-disk-<n> on PVE: converting a
+// VM to a template renames each of its volumes (qemu-server
+// template_create, pve-storage vdisk_create_base). A claim cannot be
+// renamed (and copying every disk would make the conversion a long
+// transfer), so here the PVE name is a view: MarkTemplate rewrites the
+// template's config to base- names, its claims keep their names, and
+// either name finds the claim (ClaimOfVolume).
+var (
+	baseVolRE = regexp.MustCompile(`^base-(\d+)-(disk-\d+)$`)
+	diskVolRE = regexp.MustCompile(`^vm-(\d+)-(disk-\d+)$`)
+)
+
+// ClaimOfVolume is the claim a PVE volume name refers to: base-<vmid>-disk-<n>
+// is vm-<vmid>-disk-<n>, any other name itself.
+func ClaimOfVolume(name string) string {
+	if m := baseVolRE.FindStringSubmatch(name); m != nil {
+		return "vm-" + m[1] + "-" + m[2]
+	}
+	return name
+}
+
+// BaseVolume is the name PVE gives a template's disk volume claim
+// (vm-<vmid>-disk-<n> → base-<vmid>-disk-<n>); other claims keep theirs.
+func BaseVolume(claim string) string {
+	if m := diskVolRE.FindStringSubmatch(claim); m != nil {
+		return "base-" + m[1] + "-" + m[2]
+	}
+	return claim
+}
+
+// baseVolumes rewrites the disk and unusedN values of cfg to the base-
+// names a template's volumes get.
+func baseVolumes(cfg map[string]string) {
+	for k, v := range cfg {
+		if !diskKeyRE.MatchString(k) && !strings.HasPrefix(k, "unused") {
+			continue
+		}
+		d, err := parseDrive(v)
+		if err != nil {
+			continue
+		}
+		if st, name, ok := strings.Cut(d.file, ":"); ok && st != "" && BaseVolume(name) != name {
+			d.file = st + ":" + BaseVolume(name)
+			cfg[k] = d.String()
+		}
+	}
 }

@@ -3,6 +3,7 @@ package translate
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -146,24 +147,48 @@ func applyMemory(d *kubevirtv1.DomainSpec, cfg, errs map[string]string) {
 	}
 }
 
-// applyMachine maps machine onto the machine type. KubeVirt allows only
-// q35 machine types by default, so PVE's "pc" (i440fx) runs as q35; the
-// config keeps what the client sent.
-func applyMachine(d *kubevirtv1.DomainSpec, cfg map[string]string) {
+// applyMachine maps machine onto KubeVirt's machine type "q35", keeping
+// PVE's value in the config. KubeVirt runs q35 machines only (its default
+// emulatedMachines on amd64 are q35* and pc-q35*), and a pinned version
+// (pc-q35-8.1, pc-q35-9.2+pve1) passes its webhook but never schedules:
+// virt-controller selects nodes labelled with the exact type, and nodes
+// are labelled with what their QEMU offers (q35 and RHEL's pc-q35-rhel*).
+// So every q35 variant runs as q35, and PVE's i440fx ("pc", pc-i440fx-*)
+// too, as the nearest machine KubeVirt has; "virt" is for aarch64 guests
+// and refused. A value the call sets is checked against qemu-server's
+// machine format; options (viommu, enable-s3/s4) have no KubeVirt form
+// and stay in the config only.
+func applyMachine(d *kubevirtv1.DomainSpec, cfg map[string]string, set bool, errs map[string]string) {
 	d.Machine = nil
-	if m := cfg["machine"]; m != "" {
-		typ := "q35"
-		if strings.Contains(m, "q35") {
-			typ = strings.TrimSuffix(m, "+pve0")
-		}
-		d.Machine = &kubevirtv1.Machine{Type: typ}
+	m, ok := cfg["machine"]
+	if !ok || m == "" {
+		return
+	}
+	m = dropDefaultKey(m, "type")
+	cfg["machine"] = m
+	typ, _, _ := strings.Cut(m, ",")
+	if strings.Contains(typ, "=") {
+		typ = "" // options only: PVE's default machine
+	}
+	switch {
+	case typ != "" && (!machineTypeRE.MatchString(typ) || len(typ) > 40) && set:
+		errs["machine"] = fmt.Sprintf("invalid format - machine type '%s' does not match the regex pattern", typ)
+	case strings.HasPrefix(typ, "virt") && set:
+		errs["machine"] = fmt.Sprintf("machine type '%s' is for aarch64 guests; KubeVirt runs this VM on q35", typ)
+	default:
+		d.Machine = &kubevirtv1.Machine{Type: "q35"}
 	}
 }
+
+// machineTypeRE is qemu-server's machine type format (PVE::QemuServer::Machine).
+var machineTypeRE = regexp.MustCompile(`^(pc|pc(-i440fx)?-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|q35|pc-q35-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|virt(?:-\d+(\.\d+)+)?(\+pve\d+)?)$`)
 
 // applyFirmware maps bios and efidisk0 onto the bootloader. bios=ovmf is
 // EFI; efidisk0, which keeps the EFI variables on PVE, becomes KubeVirt's
 // persistent EFI state, and its pre-enrolled-keys=1 is Secure Boot (which
-// needs SMM). An EFI disk without OVMF is refused, as it could not boot.
+// needs SMM). With SeaBIOS PVE keeps an EFI disk unused (qemu-server
+// reads it only for OVMF): the config keeps it, the VM boots BIOS, and it
+// takes effect when bios becomes ovmf.
 func applyFirmware(d *kubevirtv1.DomainSpec, vmid int, cfg, errs map[string]string) {
 	if b := cfg["bios"]; b != "" && b != "seabios" && b != "ovmf" {
 		errs["bios"] = fmt.Sprintf("value '%s' does not have a value in the enumeration 'seabios, ovmf'", b)
@@ -174,8 +199,12 @@ func applyFirmware(d *kubevirtv1.DomainSpec, vmid int, cfg, errs map[string]stri
 	d.Features = nil
 	if cfg["bios"] != "ovmf" {
 		d.Firmware.Bootloader = nil
-		if _, ok := cfg["efidisk0"]; ok {
-			errs["efidisk0"] = "an EFI disk needs bios=ovmf"
+		if v, ok := cfg["efidisk0"]; ok {
+			if shown, _, err := efiDisk(v, vmid); err != nil {
+				errs["efidisk0"] = err.Error()
+			} else {
+				cfg["efidisk0"] = shown
+			}
 		}
 		return
 	}

@@ -161,27 +161,46 @@ func TestApplyMemory(t *testing.T) {
 }
 
 func TestApplyMachine(t *testing.T) {
-	tests := []struct{ machine, want string }{
-		{"", ""},
-		{"q35", "q35"},
-		{"pc", "q35"},
-		{"pc-i440fx-8.1", "q35"},
-		{"pc-q35-8.1+pve0", "pc-q35-8.1"},
-		{"pc-q35-9.0", "pc-q35-9.0"},
+	tests := []struct {
+		machine, want, stored, err string
+	}{
+		{"", "", "", ""},
+		{"q35", "q35", "q35", ""},
+		{"pc", "q35", "pc", ""},
+		{"pc-i440fx-8.1", "q35", "pc-i440fx-8.1", ""},
+		{"pc-i440fx-9.2+pve1", "q35", "pc-i440fx-9.2+pve1", ""},
+		{"pc-q35-8.1+pve0", "q35", "pc-q35-8.1+pve0", ""},
+		{"pc-q35-8.1", "q35", "pc-q35-8.1", ""},
+		{"pc-q35-9.2+pve1", "q35", "pc-q35-9.2+pve1", ""},
+		{"pc-q35-6.2.pxe", "q35", "pc-q35-6.2.pxe", ""},
+		{"type=pc-q35-8.1,viommu=intel", "q35", "pc-q35-8.1,viommu=intel", ""},
+		{"q35,viommu=virtio", "q35", "q35,viommu=virtio", ""},
+		{"viommu=virtio", "q35", "viommu=virtio", ""}, // no type: PVE's default (pc)
+		{"i440fx", "", "i440fx", "invalid format - machine type 'i440fx' does not match the regex pattern"},
+		{"pc-q35-rhel9.6.0", "", "pc-q35-rhel9.6.0", "invalid format - machine type 'pc-q35-rhel9.6.0' does not match the regex pattern"},
+		{"virt", "", "virt", "machine type 'virt' is for aarch64 guests; KubeVirt runs this VM on q35"},
 	}
 	for _, tt := range tests {
-		d := &kubevirtv1.DomainSpec{Machine: &kubevirtv1.Machine{Type: "old"}}
-		cfg := map[string]string{}
-		if tt.machine != "" {
-			cfg["machine"] = tt.machine
-		}
-		applyMachine(d, cfg)
-		got := ""
-		if d.Machine != nil {
-			got = d.Machine.Type
-		}
-		if got != tt.want {
-			t.Errorf("machine %q: type %q, want %q", tt.machine, got, tt.want)
+		for _, set := range []bool{true, false} {
+			d := &kubevirtv1.DomainSpec{Machine: &kubevirtv1.Machine{Type: "old"}}
+			cfg, errs := map[string]string{}, map[string]string{}
+			if tt.machine != "" {
+				cfg["machine"] = tt.machine
+			}
+			applyMachine(d, cfg, set, errs)
+			got := ""
+			if d.Machine != nil {
+				got = d.Machine.Type
+			}
+			want, wantErr := tt.want, tt.err
+			if !set && tt.err != "" {
+				// A value stored before is not judged again by a call that
+				// does not set it; it runs as q35.
+				want, wantErr = "q35", ""
+			}
+			if got != want || cfg["machine"] != tt.stored || errs["machine"] != wantErr {
+				t.Errorf("machine %q (set %v): type %q, stored %q, err %q; want %q, %q, %q", tt.machine, set, got, cfg["machine"], errs["machine"], want, tt.stored, wantErr)
+			}
 		}
 	}
 }
@@ -232,8 +251,12 @@ func TestApplyFirmware(t *testing.T) {
 		{"bad EFI disk", map[string]string{"bios": "ovmf", "efidisk0": "local-lvm:1,pre-enrolled-keys=2"},
 			map[string]string{"bios": "ovmf", "efidisk0": "local-lvm:1,pre-enrolled-keys=2"},
 			map[string]string{"efidisk0": "invalid format - pre-enrolled-keys: type check ('boolean') failed - got '2'"}, true, false, false},
-		{"EFI disk without ovmf", map[string]string{"efidisk0": "local-lvm:1"}, map[string]string{"efidisk0": "local-lvm:1"},
-			map[string]string{"efidisk0": "an EFI disk needs bios=ovmf"}, false, false, false},
+		// PVE keeps an EFI disk of a SeaBIOS VM unused.
+		{"EFI disk without ovmf", map[string]string{"efidisk0": "local-lvm:1,efitype=4m"}, map[string]string{"efidisk0": "local-lvm:vm-100-efidisk,efitype=4m,size=4M"},
+			map[string]string{}, false, false, false},
+		{"bad EFI disk without ovmf", map[string]string{"bios": "seabios", "efidisk0": "local-lvm:1,pre-enrolled-keys=x"},
+			map[string]string{"bios": "seabios", "efidisk0": "local-lvm:1,pre-enrolled-keys=x"},
+			map[string]string{"efidisk0": "invalid format - pre-enrolled-keys: type check ('boolean') failed - got 'x'"}, false, false, false},
 		{"unknown bios", map[string]string{"bios": "uefi"}, map[string]string{"bios": "uefi"},
 			map[string]string{"bios": "value 'uefi' does not have a value in the enumeration 'seabios, ovmf'"}, false, false, false},
 	}

@@ -23,6 +23,10 @@ type VMRequest struct {
 	NameTaken func(name string) bool
 	// StorageExists reports whether a PVE storage (StorageClass) exists.
 	StorageExists func(name string) bool
+	// FileStorage reports whether a PVE storage keeps files only (the
+	// directory storage when no StorageClass has its name): a cloud-init
+	// drive may name it (the drive is a Secret), a new disk may not.
+	FileStorage func(name string) bool
 	// ISOSize reports the size of the PVC holding an ISO image, by the
 	// claim name ISOClaimName gives; ok is false when there is none.
 	ISOSize func(claim string) (bytes int64, ok bool)
@@ -273,7 +277,8 @@ func applyConfigChange(vm *kubevirtv1.VirtualMachine, req VMRequest, cfg map[str
 	d := &vm.Spec.Template.Spec.Domain
 	applyCPU(d, cfg, errs)
 	applyMemory(d, cfg, errs)
-	applyMachine(d, cfg)
+	_, setMachine := req.Config["machine"]
+	applyMachine(d, cfg, setMachine, errs)
 	applyFirmware(d, req.VMID, cfg, errs)
 	applyTPM(d, req.VMID, cfg, errs)
 	applyName(vm, cfg, errs)

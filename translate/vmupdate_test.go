@@ -39,22 +39,31 @@ func TestUpdateVM(t *testing.T) {
 		t.Fatal("UpdateVM modified its input")
 	}
 
-	// Detaching a disk keeps its data as unused0, like PVE.
+	// Detaching a disk keeps its data as unused0, like PVE; its template
+	// leaves the spec (KubeVirt refuses one no volume uses), its
+	// DataVolume stays.
 	up2, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK}, []string{"scsi1"})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	cfg = StoredConfig(up2)
-	if cfg["unused0"] != "local-lvm:vm-100-disk-1" || len(up2.Spec.DataVolumeTemplates) != 2 || len(up2.Spec.Template.Spec.Volumes) != 1 {
-		t.Fatalf("after detach: %v volumes %v", cfg, up2.Spec.Template.Spec.Volumes)
+	if cfg["unused0"] != "local-lvm:vm-100-disk-1" || len(up2.Spec.DataVolumeTemplates) != 1 || up2.Spec.DataVolumeTemplates[0].Name != "vm-100-disk-0" ||
+		len(up2.Spec.Template.Spec.Volumes) != 1 {
+		t.Fatalf("after detach: %v templates %v volumes %v", cfg, up2.Spec.DataVolumeTemplates, up2.Spec.Template.Spec.Volumes)
 	}
-	// Reattach it under another key.
-	up3, errs := UpdateVM(up2, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Config: map[string]string{"virtio0": "local-lvm:vm-100-disk-1"}}, []string{"unused0"})
+	// Reattach it under another key: the claim, a DataVolume's, is found
+	// through its unused0 and attached as a dataVolume volume again.
+	claims := claimsOf(map[string]ClaimInfo{"vm-100-disk-1": {StorageClass: "local-lvm", Bytes: 2 * GiB, DataVolume: true}})
+	up3, errs := UpdateVM(up2, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Claim: claims,
+		Config: map[string]string{"virtio0": "local-lvm:vm-100-disk-1"}}, []string{"unused0"})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	if c := StoredConfig(up3); c["virtio0"] != "local-lvm:vm-100-disk-1,size=2G" || c["unused0"] != "" {
 		t.Fatalf("reattach: %v", c)
+	}
+	if v := up3.Spec.Template.Spec.Volumes; len(v) != 2 || v[1].DataVolume == nil || v[1].DataVolume.Name != "vm-100-disk-1" || len(up3.Spec.DataVolumeTemplates) != 1 {
+		t.Fatalf("reattach: volumes %+v templates %v", v, up3.Spec.DataVolumeTemplates)
 	}
 
 	for _, c := range []struct {
@@ -242,10 +251,50 @@ func TestEFITPMAndImport(t *testing.T) {
 	if cfg["scsi0"] != "local-lvm:vm-100-disk-0" || vm.Spec.DataVolumeTemplates[0].Spec.Source.PVC.Name != "golden-disk" {
 		t.Fatalf("import %q %+v", cfg["scsi0"], vm.Spec.DataVolumeTemplates[0].Spec.Source)
 	}
-	if _, errs := BuildVM(VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK, Config: map[string]string{"efidisk0": "local-lvm:1"}}); errs["efidisk0"] == "" {
-		t.Fatal("efidisk0 without ovmf accepted")
+	// As PVE: an EFI disk of a SeaBIOS VM is kept, unused; the VM boots BIOS.
+	bios, errs := BuildVM(VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK, Config: map[string]string{"efidisk0": "local-lvm:1,efitype=4m"}})
+	if len(errs) != 0 || StoredConfig(bios)["efidisk0"] != "local-lvm:vm-100-efidisk,efitype=4m,size=4M" || bios.Spec.Template.Spec.Domain.Firmware.Bootloader != nil {
+		t.Fatalf("efidisk0 without ovmf: %v %v", errs, bios.Spec.Template.Spec.Domain.Firmware)
 	}
 	if _, errs := BuildVM(VMRequest{VMID: 100, Namespace: "d", StorageExists: storageOK, Config: map[string]string{"scsi0": "local-lvm:0,import-from=/tmp/x.qcow2"}}); errs["scsi0"] == "" {
 		t.Fatal("import from a path accepted")
+	}
+}
+
+// A template's disks show PVE's base- names; the claims keep theirs, and
+// either name finds them (a config update that names them, an unusedN, a
+// clone of the template).
+func TestTemplateBaseVolumes(t *testing.T) {
+	vm := buildOK(t, map[string]string{"scsi0": "local-lvm:4", "scsi1": "local-lvm:1"})
+	up, errs := UpdateVM(vm, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK}, []string{"scsi1"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	MarkTemplate(up)
+	cfg := StoredConfig(up)
+	if cfg["scsi0"] != "local-lvm:base-100-disk-0,size=4G" || cfg["unused0"] != "local-lvm:base-100-disk-1" || cfg["template"] != "1" {
+		t.Fatalf("template config %v", cfg)
+	}
+	if claims := VolumeClaims(up); strings.Join(claims, ",") != "vm-100-disk-0,vm-100-disk-1" {
+		t.Fatalf("claims %v", claims)
+	}
+	// The config as a client sends it back, base- names and all.
+	detached := claimsOf(map[string]ClaimInfo{"vm-100-disk-1": {StorageClass: "local-lvm", Bytes: GiB}})
+	again, errs := UpdateVM(up, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK, Claim: detached,
+		Config: map[string]string{"scsi0": "local-lvm:base-100-disk-0,size=4G,iothread=1", "scsi2": "local-lvm:base-100-disk-1"}}, nil)
+	if len(errs) > 0 {
+		t.Fatalf("update naming base- volumes: %v", errs)
+	}
+	cfg = StoredConfig(again)
+	if cfg["scsi0"] != "local-lvm:base-100-disk-0,iothread=1,size=4G" || cfg["scsi2"] != "local-lvm:base-100-disk-1,size=1G" || cfg["unused0"] != "" {
+		t.Fatalf("after the update %v", cfg)
+	}
+	for in, want := range map[string]string{"base-100-disk-0": "vm-100-disk-0", "vm-100-disk-0": "vm-100-disk-0", "base-100-cloudinit": "base-100-cloudinit", "debian-12-iso": "debian-12-iso"} {
+		if got := ClaimOfVolume(in); got != want {
+			t.Errorf("ClaimOfVolume(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if BaseVolume("vm-7-disk-3") != "base-7-disk-3" || BaseVolume("data-pvc") != "data-pvc" {
+		t.Error("BaseVolume")
 	}
 }

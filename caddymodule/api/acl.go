@@ -151,15 +151,16 @@ func (p *permissions) grants(id identity) []GrantConfig {
 	return []GrantConfig{{Path: "/", Role: p.defaultRole}}
 }
 
-// covers tells whether a grant on path g reaches path (ns is the
-// namespace, i.e. pool, of a /vms/<id> path): grants propagate down the
-// tree, and a pool's grants reach its VMs.
-func covers(g, path, ns string) bool {
+// covers tells whether a grant on path g reaches path; pool is a pool
+// whose grants reach it too (a VM's pool, a pool a storage is member of),
+// "" for none. Grants propagate down the tree (/pool/a reaches the pool
+// a/b), and a pool's grants reach its members, as PVE's do.
+func covers(g, path, pool string) bool {
 	switch {
 	case g == "/", g == path, strings.HasPrefix(path, g+"/"):
 		return true
-	case ns != "" && g == "/pool/"+ns && strings.HasPrefix(path, "/vms/"):
-		return true
+	case pool != "" && strings.HasPrefix(g, "/pool/") && (strings.HasPrefix(path, "/vms/") || strings.HasPrefix(path, "/storage/")):
+		return translate.PoolWithin(pool, g[len("/pool/"):])
 	}
 	return false
 }
@@ -176,11 +177,39 @@ var roleHas = func() map[string]map[string]bool {
 	return out
 }()
 
-// granted tells whether one of the grants gives priv on path; it runs for
-// every row of a list, so it allocates nothing.
-func granted(grants []GrantConfig, path, ns, priv string) bool {
+// granted tells whether one of the grants gives priv on path (or, for a
+// member of pool, on the pool); it runs for every row of a list, so it
+// allocates nothing.
+func granted(grants []GrantConfig, path, pool, priv string) bool {
 	for _, g := range grants {
-		if roleHas[g.Role][priv] && covers(g.Path, path, ns) {
+		if roleHas[g.Role][priv] && covers(g.Path, path, pool) {
+			return true
+		}
+	}
+	return false
+}
+
+// grantedOn is granted for the caller, with the grants of the pools a
+// storage is member of reaching it.
+func (h *APIHandler) grantedOn(q *request, path, pool, priv string) bool {
+	grants := h.perms.grants(q.id)
+	if granted(grants, path, pool, priv) {
+		return true
+	}
+	if name, ok := strings.CutPrefix(path, "/storage/"); ok && pool == "" && poolGrants(grants) {
+		for _, r := range q.c.PoolRecords() {
+			if r.HasStorage(name) && granted(grants, path, r.ID, priv) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// poolGrants tells whether any grant is on a pool.
+func poolGrants(grants []GrantConfig) bool {
+	for _, g := range grants {
+		if strings.HasPrefix(g.Path, "/pool/") {
 			return true
 		}
 	}
@@ -188,19 +217,53 @@ func granted(grants []GrantConfig, path, ns, priv string) bool {
 }
 
 // decide tells whether the caller holds priv on path; ns is the
-// namespace the path lives in ("" for cluster-wide paths). fresh asks the
-// apiserver now instead of reusing a recent review, for checks in front of
-// a write. An access review that fails counts as a refusal and is returned
-// so that endpoints can answer 503.
-func (h *APIHandler) decide(q *request, path, ns, priv string, fresh bool) (bool, error) {
+// namespace the path lives in ("" for cluster-wide paths), pool the pool
+// whose grants reach it (see covers). fresh asks the apiserver now instead
+// of reusing a recent review, for checks in front of a write. An access
+// review that fails counts as a refusal and is returned so that endpoints
+// can answer 503.
+func (h *APIHandler) decide(q *request, path, ns, pool, priv string, fresh bool) (bool, error) {
 	p := h.perms
 	if h.auth.noAuth || p.allAdmin {
 		return true, nil
 	}
 	if !p.impersonate {
-		return granted(p.grants(q.id), path, ns, priv), nil
+		return h.grantedOn(q, path, pool, priv), nil
 	}
+	// Under impersonation a pool grants nothing by itself: a VM's rights
+	// are those of its namespace, whatever pool it is in.
 	a := kube.PrivilegeAccess(priv, ns, q.c.HasVirtAPI(q.ctx()))
+	if id, ok := strings.CutPrefix(path, "/pool/"); ok && a.Group == translate.GroupPVE {
+		return h.decidePool(q, a, id, ns, fresh)
+	}
+	return h.review(q, a, fresh)
+}
+
+// decidePool decides a Pool.* privilege under impersonation: the verb on
+// the plugin's pools resource named after the pool, or a pool it is nested
+// in (RBAC's resource names match exactly, PVE's pool grants reach the
+// pools below); Pool.Audit also to whoever may list the VMs of the
+// namespace that is the pool.
+func (h *APIHandler) decidePool(q *request, a kube.Access, id, ns string, fresh bool) (bool, error) {
+	for {
+		a.Name = id
+		if ok, err := h.review(q, a, fresh); ok || err != nil {
+			return ok, err
+		}
+		parent, nested := translate.PoolParent(id)
+		if !nested {
+			break
+		}
+		id = parent
+	}
+	if a.Verb == translate.PrivilegeRule("Pool.Audit", false).Verb && ns != "" {
+		return h.review(q, kube.PrivilegeAccess("VM.Audit", ns, false), fresh)
+	}
+	return false, nil
+}
+
+// review asks Kubernetes whether the caller may do a.
+func (h *APIHandler) review(q *request, a kube.Access, fresh bool) (bool, error) {
 	if fresh && !q.reviewed[a] {
 		// In front of a write only the apiserver's answer of this moment
 		// counts, never a remembered one; the write itself is then made as
@@ -217,8 +280,8 @@ func (h *APIHandler) decide(q *request, path, ns, priv string, fresh bool) (bool
 
 // sees is decide for filtering lists: a failed review hides the row (and is
 // logged), it never shows it.
-func (h *APIHandler) sees(q *request, path, ns, priv string) bool {
-	ok, err := h.decide(q, path, ns, priv, false)
+func (h *APIHandler) sees(q *request, path, ns, pool, priv string) bool {
+	ok, err := h.decide(q, path, ns, pool, priv, false)
 	if err != nil {
 		h.logger.Warn("access review failed; hiding the row", zap.String("user", q.id.ID()), zap.String("path", path), zap.Error(err))
 	}
@@ -227,13 +290,18 @@ func (h *APIHandler) sees(q *request, path, ns, priv string) bool {
 
 // seesVM tells whether the caller may audit a VM.
 func (h *APIHandler) seesVM(q *request, g kube.Guest) bool {
-	return h.sees(q, "/vms/"+strconv.Itoa(g.VMID), g.Namespace(), "VM.Audit")
+	return h.sees(q, vmPath(g), g.Namespace(), h.guestPool(q.c, g), "VM.Audit")
 }
 
-// check is one permission an endpoint needs: one of privs on path.
+// vmPath is a VM's ACL path.
+func vmPath(g kube.Guest) string { return "/vms/" + strconv.Itoa(g.VMID) }
+
+// check is one permission an endpoint needs: one of privs on path (which
+// lives in namespace ns and is reached by the grants of pool, see
+// decide).
 type check struct {
-	path, ns string
-	privs    []string
+	path, ns, pool string
+	privs          []string
 }
 
 // vmCheck is the check a refused write is reported against: the last one
@@ -267,7 +335,7 @@ func (h *APIHandler) authorize(q *request, checks []check) *apiError {
 	for _, c := range checks {
 		granted := false
 		for _, priv := range c.privs {
-			ok, err := h.decide(q, c.path, c.ns, priv, fresh)
+			ok, err := h.decide(q, c.path, c.ns, c.pool, priv, fresh)
 			if err != nil && !errors.Is(err, kube.ErrNoIdentity) {
 				return kubeError(err)
 			}
@@ -295,7 +363,7 @@ func vmNeeds(privs ...string) needFunc {
 		if !ok {
 			return nil
 		}
-		return []check{{path: "/vms/" + strconv.Itoa(g.VMID), ns: g.Namespace(), privs: privs}}
+		return []check{{path: vmPath(g), ns: g.Namespace(), pool: h.guestPool(q.c, g), privs: privs}}
 	}
 }
 
@@ -349,7 +417,7 @@ func configNeeds(h *APIHandler, q *request) []check {
 	sort.Strings(privs)
 	out := make([]check, 0, len(privs))
 	for _, p := range privs {
-		out = append(out, check{path: base[0].path, ns: base[0].ns, privs: []string{p}})
+		out = append(out, check{path: base[0].path, ns: base[0].ns, pool: base[0].pool, privs: []string{p}})
 	}
 	return append(out, storageChecks(q, base[0].ns)...)
 }
@@ -368,7 +436,7 @@ func unlinkNeeds(h *APIHandler, q *request) []check {
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(set)) {
-		base = append(base, check{path: base[0].path, ns: base[0].ns, privs: []string{p}})
+		base = append(base, check{path: base[0].path, ns: base[0].ns, pool: base[0].pool, privs: []string{p}})
 	}
 	return base
 }
@@ -393,14 +461,15 @@ func storageChecks(q *request, ns string) []check {
 	return out
 }
 
-// createNeeds: VM.Allocate on the new vmid, in the pool it will live in.
+// createNeeds: VM.Allocate on the new vmid or on the pool it joins, in
+// the namespace it will live in.
 func createNeeds(h *APIHandler, q *request) []check {
 	id, err := translate.ParseVMID(q.p["vmid"])
 	if err != nil {
 		return nil
 	}
-	ns := h.createNamespace(q)
-	return append([]check{{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"VM.Allocate"}}}, storageChecks(q, ns)...)
+	ns, _ := h.createNamespace(q)
+	return append([]check{{path: "/vms/" + strconv.Itoa(id), ns: ns, pool: q.p["pool"], privs: []string{"VM.Allocate"}}}, storageChecks(q, ns)...)
 }
 
 // cloneNeeds: VM.Clone on the source and VM.Allocate on the new VM.
@@ -414,8 +483,8 @@ func cloneNeeds(h *APIHandler, q *request) []check {
 		return src
 	}
 	g, _ := pathGuest(q)
-	ns := cloneNamespace(q, g)
-	out := append(src, check{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"VM.Allocate"}})
+	ns, _ := h.cloneNamespace(q, g)
+	out := append(src, check{path: "/vms/" + strconv.Itoa(id), ns: ns, pool: q.p["pool"], privs: []string{"VM.Allocate"}})
 	if st := q.p["storage"]; st != "" {
 		out = append(out, check{path: "/storage/" + st, ns: ns, privs: []string{"Datastore.AllocateSpace"}})
 	}
@@ -435,7 +504,7 @@ func migrateNeeds(h *APIHandler, q *request) []check {
 	if err != nil || m.Identity {
 		return out
 	}
-	out = append(out, check{path: out[0].path, ns: out[0].ns, privs: []string{translate.PrivConfigDisk}})
+	out = append(out, check{path: out[0].path, ns: out[0].ns, pool: out[0].pool, privs: []string{translate.PrivConfigDisk}})
 	seen := map[string]bool{}
 	targets := []string{m.Default}
 	for _, t := range m.Entries {
@@ -451,12 +520,23 @@ func migrateNeeds(h *APIHandler, q *request) []check {
 	return out
 }
 
-// cloneNamespace is the namespace a clone of g goes to: pool=, else g's.
-func cloneNamespace(q *request, g kube.Guest) string {
+// cloneNamespace is the namespace a clone of g goes to: pool='s (see
+// poolTarget), else g's.
+func (h *APIHandler) cloneNamespace(q *request, g kube.Guest) (string, bool) {
 	if p := q.p["pool"]; p != "" {
-		return p
+		return h.poolTarget(q.c, p, g.Namespace())
 	}
-	return g.Namespace()
+	return g.Namespace(), true
+}
+
+// poolCheck is priv on pool id, which lives in the namespace of that name
+// when that is the pool.
+func (h *APIHandler) poolCheck(c *kube.Cluster, id, priv string) check {
+	out := check{path: "/pool/" + id, privs: []string{priv}}
+	if !strings.Contains(id, "/") && h.namespaceIsPool(c, id) {
+		out.ns = id
+	}
+	return out
 }
 
 // poolNeeds: Pool.Allocate on the pool, as every PVE pool write asks.
@@ -465,13 +545,12 @@ func poolNeeds(h *APIHandler, q *request) []check {
 	if id == "" {
 		return nil // the endpoint answers the missing parameter
 	}
-	return []check{{path: "/pool/" + id, ns: id, privs: []string{"Pool.Allocate"}}}
+	return []check{h.poolCheck(q.c, id, "Pool.Allocate")}
 }
 
 // poolAuditNeeds: Pool.Audit on the pool read by /pools/{poolid}.
 func poolAuditNeeds(h *APIHandler, q *request) []check {
-	id := q.r.PathValue("poolid")
-	return []check{{path: "/pool/" + id, ns: id, privs: []string{"Pool.Audit"}}}
+	return []check{h.poolCheck(q.c, q.r.PathValue("poolid"), "Pool.Audit")}
 }
 
 // poolUpdateNeeds: Pool.Allocate on the pool and, as PVE's
@@ -488,11 +567,11 @@ func poolUpdateNeeds(h *APIHandler, q *request) []check {
 		if err != nil {
 			continue // the endpoint answers the bad list
 		}
-		ns := ""
+		c := check{path: "/vms/" + strconv.Itoa(id), privs: []string{"Permissions.Modify", "VM.Allocate"}}
 		if g, err := q.c.Guest(id); err == nil {
-			ns = g.Namespace()
+			c.ns, c.pool = g.Namespace(), h.guestPool(q.c, g)
 		}
-		out = append(out, check{path: "/vms/" + strconv.Itoa(id), ns: ns, privs: []string{"Permissions.Modify", "VM.Allocate"}})
+		out = append(out, c)
 	}
 	for _, s := range translate.SplitList(q.p["storage"]) {
 		if translate.ParseStorageID(s) == nil {
@@ -531,12 +610,19 @@ func downloadNeeds(h *APIHandler, q *request) []check {
 	return append(networkChecks(h, q), st)
 }
 
+// uploadNeeds: Datastore.AllocateTemplate on the storage, in the namespace
+// uploads go to, as PVE's upload asks (no network right: the plugin
+// fetches nothing).
+func uploadNeeds(h *APIHandler, q *request) []check {
+	return []check{{path: "/storage/" + q.r.PathValue("storage"), ns: h.defaultNamespace(), privs: []string{"Datastore.AllocateTemplate"}}}
+}
+
 // volumeDeleteNeeds: Datastore.Allocate on the storage, in the namespace
 // of the claim deleted.
 func volumeDeleteNeeds(h *APIHandler, q *request) []check {
 	ns := h.defaultNamespace()
-	if _, file, e := isoVolume(q); e == nil {
-		if pvc, e := h.isoClaim(q, q.r.PathValue("storage"), file); e == nil {
+	if _, content, file, e := h.fileVolumeOf(q); e == nil {
+		if pvc, e := h.fileClaim(q, content, file); e == nil {
 			ns = pvc.Namespace
 		}
 	}

@@ -29,22 +29,33 @@ func TestNewPermissionsRefusesBadGrants(t *testing.T) {
 
 func TestGrantsPropagate(t *testing.T) {
 	grants := []GrantConfig{{Path: "/pool/team", Role: "PVEVMUser"}, {Path: "/vms/7", Role: "PVEVMAdmin"}, {Path: "/storage/ceph", Role: "PVEDatastoreUser"}}
+	// pool is the pool whose grants reach the path: a VM's, or one a
+	// storage is member of.
 	for _, tc := range []struct {
-		path, ns, priv string
-		want           bool
+		path, pool, priv string
+		want             bool
 	}{
 		{"/vms/1", "team", "VM.PowerMgmt", true},
 		{"/vms/1", "team", "VM.Allocate", false},
 		{"/vms/1", "other", "VM.PowerMgmt", false},
+		{"/vms/1", "", "VM.PowerMgmt", false},
+		{"/vms/1", "team/dev", "VM.PowerMgmt", true},
+		{"/vms/1", "team/dev/x", "VM.PowerMgmt", true},
+		{"/vms/1", "teamx", "VM.PowerMgmt", false},
+		{"/vms/1", "teamx/dev", "VM.PowerMgmt", false},
 		{"/vms/7", "other", "VM.Allocate", true},
 		{"/vms/70", "other", "VM.Allocate", false},
 		{"/storage/ceph", "", "Datastore.AllocateSpace", true},
 		{"/storage/cephx", "", "Datastore.AllocateSpace", false},
+		{"/storage/nfs", "team", "VM.Audit", true},
 		{"/", "", "VM.Audit", false},
-		{"/pool/team", "team", "VM.Audit", true},
+		{"/pool/team", "", "VM.Audit", true},
+		{"/pool/team/dev", "", "VM.Audit", true},
+		{"/pool/teamx", "", "VM.Audit", false},
+		{"/nodes/n1", "team", "VM.Audit", false},
 	} {
-		if got := granted(grants, tc.path, tc.ns, tc.priv); got != tc.want {
-			t.Errorf("%s (ns %s) %s = %v, want %v", tc.path, tc.ns, tc.priv, got, tc.want)
+		if got := granted(grants, tc.path, tc.pool, tc.priv); got != tc.want {
+			t.Errorf("%s (pool %s) %s = %v, want %v", tc.path, tc.pool, tc.priv, got, tc.want)
 		}
 	}
 	p, err := newPermissions(false, []IdentityConfig{{ID: "a@pve", KubeUser: "alice", KubeGroups: []string{"ops"}}, {ID: "a@pve!ci", Roles: grants}}, "PVEAuditor")

@@ -11,8 +11,8 @@ import (
 
 // visibleStorage lists the storages the caller may audit or allocate on.
 func (h *APIHandler) visibleStorage(q *request) []storageRow {
-	return h.storageRowsWhere(func(s string) bool {
-		return h.sees(q, "/storage/"+s, "", "Datastore.Audit") || h.sees(q, "/storage/"+s, "", "Datastore.AllocateSpace")
+	return h.storageRowsWhere(q, func(s string) bool {
+		return h.sees(q, "/storage/"+s, "", "", "Datastore.Audit") || h.sees(q, "/storage/"+s, "", "", "Datastore.AllocateSpace")
 	})
 }
 
@@ -24,7 +24,8 @@ func (h *APIHandler) visibleGuests(q *request) []kube.Guest {
 	}
 	out := all[:0:0]
 	// Under impersonation the answer depends on the namespace only: one
-	// review per namespace and request, not one per VM.
+	// review per namespace and request, not one per VM. (With PVE roles it
+	// depends on the VM's pool too: each VM is checked.)
 	byNS := map[string]bool{}
 	for _, g := range all {
 		ok, known := byNS[g.Namespace()]
@@ -41,12 +42,16 @@ func (h *APIHandler) visibleGuests(q *request) []kube.Guest {
 
 // seesNode tells whether the caller may audit a node.
 func (h *APIHandler) seesNode(q *request, name string) bool {
-	return h.sees(q, "/nodes/"+name, "", "Sys.Audit")
+	return h.sees(q, "/nodes/"+name, "", "", "Sys.Audit")
 }
 
-// seesPool tells whether the caller may audit a pool (namespace).
-func (h *APIHandler) seesPool(q *request, ns string) bool {
-	return h.sees(q, "/pool/"+ns, ns, "Pool.Audit")
+// seesPool tells whether the caller may audit a pool.
+func (h *APIHandler) seesPool(q *request, p poolInfo) bool {
+	ns := ""
+	if p.namespace {
+		ns = p.id
+	}
+	return h.sees(q, "/pool/"+p.id, ns, "", "Pool.Audit")
 }
 
 // visibleTasks keeps the tasks the caller may read.

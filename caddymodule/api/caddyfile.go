@@ -55,6 +55,13 @@ func parseAPICaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, err
 //			header <name> <value>
 //			interval <duration>
 //		}
+//		local_storage [<name>] {
+//			storage_class <name>
+//			max_upload <size>
+//		}
+//		cdi_upload_proxy <url> {
+//			ca_file <path>
+//		}
 //	}
 func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -182,6 +189,15 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.Prometheus = p
+		case "local_storage":
+			if err := h.LocalStorage.unmarshal(d); err != nil {
+				return err
+			}
+		case "cdi_upload_proxy":
+			h.UploadProxy = new(UploadProxyConfig)
+			if err := h.UploadProxy.unmarshal(d); err != nil {
+				return err
+			}
 		default:
 			return d.Errf("unknown proxmox_api option '%s'", d.Val())
 		}

@@ -25,6 +25,13 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		auth_failure_delay 1s
 		sync_timeout 10s
 		cluster_name homelab
+		local_storage files {
+			storage_class nfs-csi
+			max_upload 8G
+		}
+		cdi_upload_proxy https://cdi-uploadproxy.example {
+			ca_file /etc/cdi/ca.pem
+		}
 	}`)
 	var h APIHandler
 	if err := h.UnmarshalCaddyfile(d); err != nil {
@@ -33,7 +40,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	if h.Kubeconfig != "/etc/kube.conf" || h.Context != "lab" || strings.Join(h.Namespaces, ",") != "default,lab,extra" ||
 		h.TaskNamespace != "caddy-proxmox" || h.DefaultPool != "lab" || len(h.Tokens) != 2 || h.Tokens[1].ID != "ops@pve!tf" ||
 		h.Users[0].Password != "s3cret" || h.TicketKey != "k3y" || h.TrustCaddyAuth != "sso" ||
-		*h.AuthFailureDelay != caddy.Duration(time.Second) || h.SyncTimeout != caddy.Duration(10*time.Second) || h.ClusterName != "homelab" {
+		*h.AuthFailureDelay != caddy.Duration(time.Second) || h.SyncTimeout != caddy.Duration(10*time.Second) || h.ClusterName != "homelab" ||
+		h.LocalStorage != (LocalStorageConfig{Name: "files", StorageClass: "nfs-csi", MaxUpload: 8 << 30}) ||
+		*h.UploadProxy != (UploadProxyConfig{URL: "https://cdi-uploadproxy.example", CAFile: "/etc/cdi/ca.pem"}) {
 		t.Fatalf("parsed %+v", h)
 	}
 
@@ -42,7 +51,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	if err := h.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	if !h.Simulate || h.SimulateVMs != 250 || !h.InsecureNoAuth {
+	if !h.Simulate || h.SimulateVMs != 250 || !h.InsecureNoAuth || h.LocalStorage.name() != "local" {
 		t.Fatalf("parsed %+v", h)
 	}
 }
@@ -57,6 +66,12 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		"proxmox_api {\n auth_failure_delay soon\n}",
 		"proxmox_api {\n simulate {\n vms many\n }\n}",
 		"proxmox_api {\n insecure_no_auth yes\n}",
+		"proxmox_api {\n local_storage a b\n}",
+		"proxmox_api {\n local_storage {\n storage_class\n }\n}",
+		"proxmox_api {\n local_storage {\n path /var/lib/vz\n }\n}",
+		"proxmox_api {\n local_storage {\n max_upload lots\n }\n}",
+		"proxmox_api {\n cdi_upload_proxy\n}",
+		"proxmox_api {\n cdi_upload_proxy https://x {\n insecure\n }\n}",
 	} {
 		var h APIHandler
 		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(in)); err == nil {
@@ -78,6 +93,11 @@ func TestValidate(t *testing.T) {
 		{APIHandler{Users: []UserConfig{{ID: "root@pam", Password: "x"}}, Simulate: true, Kubeconfig: "/x"}, "exclusive"},
 		{APIHandler{TrustCaddyAuth: "pve", SimulateVMs: 5}, "simulate_vms"},
 		{APIHandler{TrustCaddyAuth: "pve"}, ""},
+		{APIHandler{TrustCaddyAuth: "pve", LocalStorage: LocalStorageConfig{Name: "iso-files"}}, ""},
+		{APIHandler{TrustCaddyAuth: "pve", LocalStorage: LocalStorageConfig{Name: "9local"}}, "not a PVE storage id"},
+		{APIHandler{TrustCaddyAuth: "pve", LocalStorage: LocalStorageConfig{Name: "a:b"}}, "not a PVE storage id"},
+		{APIHandler{TrustCaddyAuth: "pve", UploadProxy: &UploadProxyConfig{URL: "http://cdi-uploadproxy"}}, "must be an https URL"},
+		{APIHandler{TrustCaddyAuth: "pve", UploadProxy: &UploadProxyConfig{URL: "https://cdi-uploadproxy.cdi.svc:443"}}, ""},
 	}
 	for i, c := range cases {
 		err := c.h.Validate()

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ type backendKey struct {
 	namespaces    string
 	taskNamespace string
 	prometheus    string
+	uploadProxy   string
 }
 
 // backend is a started cluster; it is the UsagePool value.
@@ -50,6 +52,7 @@ func (h *APIHandler) key() backendKey {
 		namespaces:    strings.Join(h.Namespaces, ","),
 		taskNamespace: h.TaskNamespace,
 		prometheus:    h.Prometheus.key(),
+		uploadProxy:   h.UploadProxy.key(),
 	}
 }
 
@@ -96,8 +99,12 @@ func (h *APIHandler) newBackend(logger *zap.Logger) (*backend, error) {
 		opts.KubeVirtMetrics = prom.NewSource(h.Prometheus.client())
 		opts.KubeVirtMetricsInterval = h.Prometheus.interval()
 	}
+	up, err := h.UploadProxy.kube()
+	if err != nil {
+		return nil, fmt.Errorf("proxmox_api: %w", err)
+	}
+	opts.UploadProxy = up
 	var c *kube.Cluster
-	var err error
 	if h.Simulate {
 		c, err = kube.Simulate(context.Background(), h.SimulateVMs, opts)
 	} else {

@@ -49,6 +49,11 @@ func paramErr(param, format string, args ...any) *apiError {
 
 // writeData answers {"data": v} plus any extra top-level keys (e.g. total).
 func writeData(w http.ResponseWriter, v any, extra map[string]any) {
+	if e, ok := v.(*encodedBody); ok && extra == nil {
+		writeJSON(w, http.StatusOK, e.bytes())
+		e.release()
+		return
+	}
 	body := map[string]any{"data": v}
 	for k, x := range extra {
 		body[k] = x
@@ -63,10 +68,11 @@ func writeData(w http.ResponseWriter, v any, extra map[string]any) {
 
 // writeJSON sends a JSON body with pveproxy's headers.
 func writeJSON(w http.ResponseWriter, code int, body []byte) {
+	// Canonical keys set directly, their values in one allocation: this
+	// runs for every answer.
 	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Cache-Control", "max-age=0")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	v := []string{contentType, "max-age=0", strconv.Itoa(len(body))}
+	h["Content-Type"], h["Cache-Control"], h["Content-Length"] = v[0:1:1], v[1:2:2], v[2:3:3]
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
 }

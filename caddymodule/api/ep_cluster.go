@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -15,16 +14,6 @@ func (h *APIHandler) getClusterIndex(q *request) (any, *apiError) {
 
 func (h *APIHandler) getHAIndex(q *request) (any, *apiError) {
 	return subdirs("groups", "resources", "status"), nil
-}
-
-// getHAResource: no VM is HA-managed. Telmate's update path needs exactly
-// this error ("no such resource ...") to go on.
-func (h *APIHandler) getHAResource(q *request) (any, *apiError) {
-	sid := q.r.PathValue("sid")
-	if !strings.Contains(sid, ":") {
-		sid = "vm:" + sid
-	}
-	return nil, newError(http.StatusInternalServerError, "no such resource '%s'", sid)
 }
 
 // getClusterResources lists VMs, nodes and storage. type is PVE's enum
@@ -40,33 +29,84 @@ func (h *APIHandler) getClusterResources(q *request) (any, *apiError) {
 		return nil, paramErr("type", "value '%s' does not have a value in the enumeration 'vm, storage, node, sdn'", typ)
 	}
 	now := time.Now()
-	out := []any{}
-	if typ == "" || typ == "vm" || typ == "qemu" {
-		for _, g := range h.visibleGuests(q) {
-			out = append(out, vmResource(g, factsOf(q.c, g, now), h.poolOf(g.Namespace())))
+	// A pool shows (as a row, and on its VMs' rows) to who may audit it.
+	seesPool := map[string]bool{}
+	var poolRows []map[string]any
+	if typ == "" {
+		for _, p := range h.pools(q.c) {
+			if seesPool[p.id] = h.seesPool(q, p); seesPool[p.id] {
+				poolRows = append(poolRows, map[string]any{"id": "/pool/" + p.id, "type": "pool", "pool": p.id})
+			}
 		}
+	}
+	var rows []*guestRow
+	if typ == "" || typ == "vm" || typ == "qemu" {
+		rows = h.visibleRows(q, h.vmRows(q.c).rows(q.c))
+	}
+	// VM rows are copied from the row cache; the few pool, node and storage
+	// rows are encoded here.
+	body := newBody(len(rows)*rowSizeHint + 4096)
+	body.b = append(body.b, '[')
+	first := true
+	next := func() {
+		if !first {
+			body.b = append(body.b, ',')
+		}
+		first = false
+	}
+	for _, p := range poolRows {
+		next()
+		body.appendJSON(p)
+	}
+	for _, row := range rows {
+		next()
+		body.b = row.appendResource(body.b, now, h.seesGuestPool(q, row.in.pool, seesPool))
 	}
 	if typ == "" || typ == "node" {
 		for _, n := range h.nodes() {
 			if !h.seesNode(q, n.Name) {
 				continue
 			}
-			out = append(out, nodeResource(nodeFacts(q.c, n, now)))
+			next()
+			body.appendJSON(nodeResource(nodeFacts(q.c, n, now)))
 		}
 	}
 	if typ == "" || typ == "storage" {
 		storages := h.visibleStorage(q)
 		for _, n := range h.nodes() {
 			for _, s := range storages {
-				out = append(out, map[string]any{
-					"id": "storage/" + n.Name + "/" + s.Storage, "type": "storage", "node": n.Name,
-					"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,
-					"shared": s.Shared, "disk": s.Used, "maxdisk": s.Total,
-				})
+				next()
+				body.appendJSON(storageResource(n.Name, s))
 			}
 		}
 	}
-	return out, nil
+	body.b = append(body.b, ']')
+	return body, nil
+}
+
+// seesGuestPool tells whether q's caller may see pool on a VM's row;
+// seen memoises the answer per pool for one listing.
+func (h *APIHandler) seesGuestPool(q *request, pool string, seen map[string]bool) bool {
+	if pool == "" {
+		return true
+	}
+	ok, known := seen[pool]
+	if !known {
+		p, _ := h.lookupPool(q.c, pool)
+		ok = h.seesPool(q, p)
+		seen[pool] = ok
+	}
+	return ok
+}
+
+// storageResource is a storage's row on a node, as /cluster/resources and
+// pool members show it.
+func storageResource(node string, s storageRow) map[string]any {
+	return map[string]any{
+		"id": "storage/" + node + "/" + s.Storage, "type": "storage", "node": node,
+		"storage": s.Storage, "status": "available", "plugintype": s.Type, "content": s.Content,
+		"shared": s.Shared, "disk": s.Used, "maxdisk": s.Total,
+	}
 }
 
 // getClusterStatus answers go-proxmox's Cluster() and Ansible's inventory:

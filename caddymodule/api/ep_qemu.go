@@ -51,19 +51,26 @@ func (h *APIHandler) getQemuList(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	out := []any{}
-	for _, g := range h.visibleGuests(q) {
-		if g.Node != n.Name {
+	rows := h.visibleRows(q, h.vmRows(q.c).rows(q.c))
+	body := newBody(len(rows)*rowSizeHint + 64)
+	body.b = append(body.b, '[')
+	first := true
+	for _, row := range rows {
+		if row.in.node != n.Name {
 			continue
 		}
-		f := factsOf(q.c, g, now)
+		if !first {
+			body.b = append(body.b, ',')
+		}
+		first = false
 		if full {
-			out = append(out, vmCurrent(g, f))
+			body.b = row.appendCurrent(body.b, now)
 		} else {
-			out = append(out, vmStatus(g, f))
+			body.b = row.appendStatus(body.b, now)
 		}
 	}
-	return out, nil
+	body.b = append(body.b, ']')
+	return body, nil
 }
 
 func (h *APIHandler) getQemuIndex(q *request) (any, *apiError) {
@@ -85,7 +92,9 @@ func (h *APIHandler) getQemuStatusCurrent(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return vmCurrent(g, factsOf(q.c, g, time.Now())), nil
+	body := newBody(1024)
+	body.b = h.vmRows(q.c).row(q.c, g).appendCurrent(body.b, time.Now())
+	return body, nil
 }
 
 func (h *APIHandler) getQemuConfig(q *request) (any, *apiError) {
@@ -165,8 +174,27 @@ func (h *APIHandler) begin(q *request, g kube.Guest, t guestTask) (any, *apiErro
 	return h.beginSpec(q, spec)
 }
 
+// stopAfterStart records t for a VM whose start KubeVirt has not acted on
+// yet (no instance, a start request pending) and stops the VM once the
+// instance exists: answering OK at once would leave the start to bring the
+// VM up after its stop, and waiting for a stopped state nothing would
+// cause would never end.
+func (h *APIHandler) stopAfterStart(q *request, g kube.Guest, t guestTask, grace *int64) (any, *apiError) {
+	spec := h.taskSpec(q, g, t.typ, kube.GoalStoppedAfterStart, t.timeout, t.log)
+	spec.Log = append(spec.Log, "waiting for the pending start (KubeVirt has not created the instance yet)")
+	upid, e := h.beginSpec(q, spec)
+	if e != nil {
+		return nil, e
+	}
+	q.c.StopAfterStart(q.ctx(), g, grace, upid.(string))
+	return upid, nil
+}
+
 // kubeTaskError turns a Kubernetes error into a task exit status line.
 func kubeTaskError(err error) error {
+	if d, ok := kube.AsAdmission(err); ok {
+		return errors.New(admissionMessage(d))
+	}
 	if msg, ok := kube.StatusMessage(err); ok {
 		return errors.New(msg)
 	}
@@ -183,9 +211,14 @@ func kubeDenied(err error) *apiError {
 // kubeError answers a failed synchronous Kubernetes call.
 func kubeError(err error) *apiError {
 	var taken *kube.VMIDTakenError
+	denial, refused := kube.AsAdmission(err)
 	switch {
 	case errors.As(err, &taken):
 		return newError(http.StatusInternalServerError, "%v", taken)
+	case refused:
+		// A refusal of what was asked, not a fault: PVE dies with the
+		// reason (500), which clients show.
+		return newError(http.StatusInternalServerError, "%s", admissionMessage(denial))
 	case kube.IsDenied(err):
 		return kubeDenied(err)
 	case kube.IsConflict(err), kube.IsAlreadyExists(err):
@@ -194,6 +227,37 @@ func kubeError(err error) *apiError {
 		return newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
 	}
 	return newError(http.StatusInternalServerError, "%v", err)
+}
+
+// admissionMessage words an admission webhook's refusal as PVE words its
+// own: the reason, then who refused.
+func admissionMessage(d *kube.AdmissionError) string {
+	if d.Reason == "" {
+		return fmt.Sprintf("refused by KubeVirt (admission webhook %s)", d.Webhook)
+	}
+	return fmt.Sprintf("%s (refused by KubeVirt's admission webhook %s)", d.Reason, d.Webhook)
+}
+
+// snapshotLocked is qemu-server's check_lock for the locks a snapshot or
+// a rollback holds (kube.Cluster.SnapshotLock): a call that would change
+// the VM meanwhile is refused as PVE refuses it, where KubeVirt's VM
+// webhook would refuse the write ("Cannot update vm running state until
+// snapshot … completes"). skiplock=1, root's way past a lock on PVE, hands
+// the call to KubeVirt, whose answer then stands.
+func snapshotLocked(q *request, g kube.Guest) *apiError {
+	skip, e := q.p.boolean("skiplock", false)
+	switch {
+	case e != nil:
+		return e
+	case skip && q.id.ID() != "root@pam":
+		return paramErr("skiplock", "Only root may use this option.")
+	case skip:
+		return nil
+	}
+	if l := q.c.SnapshotLock(g); l != "" {
+		return newError(http.StatusInternalServerError, "VM is locked (%s)", l)
+	}
+	return nil
 }
 
 func notRunning(g kube.Guest) *apiError {
@@ -208,9 +272,15 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return nil, e
+	}
 	action := q.r.PathValue("action")
 	c := q.c
 	vmid := g.VMID
+	if res, handled, e := h.haPower(q, g, action); handled {
+		return res, e
+	}
 	switch action {
 	case "start":
 		to, e := taskTimeout(q, 5*time.Minute)
@@ -235,10 +305,13 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 			return nil, e
 		}
 		line := fmt.Sprintf("stopping VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
+		zero := int64(0)
 		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
+			if kube.StartPending(g.VM) {
+				return h.stopAfterStart(q, g, guestTask{typ: translate.TaskStop, timeout: to, log: line}, &zero)
+			}
 			return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line})
 		}
-		zero := int64(0)
 		return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line, act: func(ctx context.Context) error { return c.StopVM(ctx, g, &zero) }})
 	case "shutdown":
 		// PVE waits timeout seconds (60 without it) for the guest to power
@@ -258,9 +331,6 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		// a guest that powers off by itself). A finished instance that
 		// KubeVirt has not deleted yet is stopped too: virt-api answers a
 		// stop of it with 409 "VM is not running".
-		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
-			return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line})
-		}
 		// KubeVirt's stop is an ACPI shutdown with a grace period, after
 		// which virt-handler kills the guest (without one: the instance's
 		// terminationGracePeriodSeconds, else 30 seconds). The grace
@@ -269,6 +339,12 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		// running and fail the task, which KubeVirt cannot (a stop is
 		// not taken back), and the log says so.
 		grace := int64(to / time.Second)
+		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
+			if kube.StartPending(g.VM) {
+				return h.stopAfterStart(q, g, guestTask{typ: translate.TaskShutdown, timeout: deadline, log: line}, &grace)
+			}
+			return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line})
+		}
 		log := []string{line}
 		// A paused guest cannot react to ACPI: PVE refuses, or stops it
 		// with forceStop.

@@ -48,9 +48,9 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 		}
 		node = t
 	}
-	ns := cloneNamespace(q, g)
-	if !q.c.Serves(ns) {
-		return nil, noPool(ns)
+	ns, ok := h.cloneNamespace(q, g)
+	if !ok {
+		return nil, noPool(q.p["pool"])
 	}
 	if s := q.p["storage"]; s != "" && !q.c.StorageClassExists(s) {
 		return nil, paramErr("storage", "storage '%s' does not exist", s)
@@ -72,6 +72,8 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 		return nil, newError(http.StatusInternalServerError,
 			"can't clone VM %d while it is running: KubeVirt's CDI copies claim %s only while no running guest uses it (CloneSourceInUse) - shut the VM down first", g.VMID, claim)
 	}
+	// As in PVE, the clone is in the pool asked for, else in none.
+	h.joinPool(q.c, vm, q.p["pool"])
 	_, created, e := h.createGuest(q, newID, vm, func(clone kube.Guest, _ *kubevirtv1.VirtualMachine) *apiError {
 		return h.copyCloudInit(q, g, clone)
 	})

@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -101,7 +100,7 @@ func (h *APIHandler) getQemuCloudinitDump(q *request) (any, *apiError) {
 // callers with VM.Config.Cloudinit, PVE's mask for the others (and when
 // Kubernetes does not let the caller read the Secret).
 func (h *APIHandler) cloudInitPassword(q *request, g kube.Guest) (string, *apiError) {
-	may, err := h.decide(q, "/vms/"+strconv.Itoa(g.VMID), g.Namespace(), translate.PrivConfigCloudinit, false)
+	may, err := h.decide(q, vmPath(g), g.Namespace(), h.guestPool(q.c, g), translate.PrivConfigCloudinit, false)
 	if err != nil || !may {
 		return translate.MaskedPassword, nil
 	}

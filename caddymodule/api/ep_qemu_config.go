@@ -30,9 +30,16 @@ func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[st
 		VMID: vmid, Node: node, Namespace: ns, Config: cfg,
 		NameTaken:     func(name string) bool { return q.c.VMNameTaken(ns, name) },
 		StorageExists: q.c.StorageClassExists,
+		FileStorage:   func(s string) bool { return h.isDirStorage(s) && !q.c.StorageClassExists(s) },
 		ISOSize: func(claim string) (int64, bool) {
-			ci, ok := claims(claim)
-			return ci.Bytes, ok
+			pvc := q.c.CachedPVC(ns, claim)
+			if pvc == nil {
+				return 0, false
+			}
+			if n := translate.FileSizeOf(pvc.Annotations); n > 0 {
+				return n, true // the image's size, as PVE shows it
+			}
+			return translate.ClaimInfoOf(pvc).Bytes, true
 		},
 		Claim:       claims,
 		VolumeTaken: func(name string) (bool, error) { return q.c.VolumeNameTaken(q.ctx(), ns, name) },
@@ -85,6 +92,9 @@ func splitKeyList(s string) []string {
 func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	g, e := h.guest(q)
 	if e != nil {
+		return g, e
+	}
+	if e := snapshotLocked(q, g); e != nil {
 		return g, e
 	}
 	cfg, deletes, e := configParams(q.p)
@@ -166,17 +176,21 @@ func mayDestroy(q *request, g kube.Guest, names []string) *apiError {
 		return nil
 	}
 	ns := g.Namespace()
-	templated := false
+	dataVolume := false // a claim goes with its DataVolume
+	claims := claimLookup(q, ns)
 	for _, n := range names {
 		if users := q.c.ClaimUsers(ns, n, g.VM.UID); len(users) > 0 {
 			return newError(http.StatusInternalServerError, "volume '%s' is also used by VirtualMachine %s/%s; not deleting it", n, ns, users[0].Name)
 		}
 		for _, t := range g.VM.Spec.DataVolumeTemplates {
-			templated = templated || t.Name == n
+			dataVolume = dataVolume || t.Name == n
 		}
+		// A detached disk's DataVolume has no template left.
+		ci, _ := claims(n)
+		dataVolume = dataVolume || ci.DataVolume
 	}
 	needs := []kube.Access{{Namespace: ns, Resource: "persistentvolumeclaims", Verb: "delete"}}
-	if templated {
+	if dataVolume {
 		needs = append(needs, kube.Access{Namespace: ns, Group: "cdi.kubevirt.io", Resource: "datavolumes", Verb: "delete"})
 	}
 	for _, a := range needs {
@@ -391,6 +405,9 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return nil, e
+	}
 	disk, ok, e := q.p.str("disk")
 	if e != nil {
 		return nil, e
@@ -447,6 +464,9 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 	g, e := h.guest(q)
 	if e != nil {
+		return nil, e
+	}
+	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
 	if g.State().Running() {

@@ -30,9 +30,12 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	ns := h.createNamespace(q)
+	ns, ok := h.createNamespace(q)
+	if !ok {
+		return nil, noPool(q.p["pool"])
+	}
 	if !q.c.Serves(ns) {
-		return nil, noPool(ns)
+		return nil, newError(http.StatusInternalServerError, "cannot create VM %d: namespace '%s' (where VMs are created without pool=) is not served", vmid, ns)
 	}
 	cfg := map[string]string{}
 	for k := range q.p {
@@ -52,6 +55,7 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	if len(perrs) > 0 {
 		return nil, paramError(perrs)
 	}
+	h.joinPool(q.c, vm, q.p["pool"])
 	g, created, e := h.createGuest(q, vmid, vm, func(_ kube.Guest, created *kubevirtv1.VirtualMachine) *apiError {
 		return h.applyCloudInit(q, vmid, created, cfg["cipassword"], true)
 	})
@@ -113,12 +117,18 @@ func (h *APIHandler) deleteQemu(q *request) (any, *apiError) {
 			return nil, e
 		}
 	}
-	if g.State().Running() {
-		return nil, newError(http.StatusInternalServerError, "VM %d is running - destroy failed", g.VMID)
-	}
 	cfg := translate.StoredConfig(g.VM)
 	if p := cfg["protection"]; p == "1" {
 		return nil, newError(http.StatusInternalServerError, "can't remove VM %d - protection mode enabled", g.VMID)
+	}
+	// Its HA config goes with the VM (an annotation): only with purge, as PVE.
+	if purge, _ := q.p.boolean("purge", false); !purge {
+		if _, ha := translate.HAConfigOf(g.VM); ha {
+			return nil, newError(http.StatusInternalServerError, "unable to remove VM %d - used in HA resources and purge parameter not set.", g.VMID)
+		}
+	}
+	if g.State().Running() {
+		return nil, newError(http.StatusInternalServerError, "VM %d is running - destroy failed", g.VMID)
 	}
 	c := q.c
 	line := fmt.Sprintf("destroying VM %d (%s/%s)", g.VMID, g.Namespace(), g.Name())

@@ -21,8 +21,12 @@ type snapshotRow struct {
 }
 
 func snapshotError(err error) *apiError {
-	if errors.Is(err, kube.ErrNoSnapshotAPI) {
+	switch {
+	case errors.Is(err, kube.ErrNoSnapshotAPI):
 		return newError(http.StatusNotImplemented, "%v", err)
+	case errors.Is(err, kube.ErrSnapshotsOff):
+		// PVE's refusal when the storage cannot snapshot: a 500.
+		return newError(http.StatusInternalServerError, "%v", err)
 	}
 	return kubeError(err)
 }
@@ -98,6 +102,9 @@ func (h *APIHandler) postQemuSnapshot(q *request) (any, *apiError) {
 	if !ok {
 		return nil, paramErr("snapname", "property is missing and it is not optional")
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return nil, e
+	}
 	if err := translate.ValidSnapName(name); err != nil {
 		return nil, paramErr("snapname", "%v", err)
 	}
@@ -131,6 +138,9 @@ func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := snapshotLocked(q, g); e != nil {
+		return nil, e
+	}
 	if err := q.c.DeleteSnapshot(q.ctx(), s.Obj); err != nil {
 		return nil, snapshotError(err)
 	}
@@ -145,6 +155,9 @@ func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
 func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 	g, s, e := h.snapshot(q)
 	if e != nil {
+		return nil, e
+	}
+	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
 	r, err := q.c.RestoreSnapshot(q.ctx(), g, s.Obj)

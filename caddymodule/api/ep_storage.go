@@ -1,9 +1,10 @@
 package api
 
 import (
-	"net/http"
+	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -26,6 +27,9 @@ type storageRow struct {
 // storageType guesses the PVE storage type a provisioner resembles; only
 // dashboards show it.
 func storageType(sc *storagev1.StorageClass) (typ string, shared int) {
+	if sc == nil {
+		return "dir", 0
+	}
 	p := strings.ToLower(sc.Provisioner)
 	switch {
 	case strings.Contains(p, "rbd") || strings.Contains(p, "ceph"):
@@ -40,33 +44,48 @@ func storageType(sc *storagev1.StorageClass) (typ string, shared int) {
 	return "dir", 0
 }
 
-func (h *APIHandler) storageRows() []storageRow { return h.storageRowsWhere(nil) }
+// fill derives the fraction of the space used. Capacity is not known to
+// Kubernetes for most storage (CSIStorageCapacity is optional), so Total
+// and Avail stay 0 and Used is what the storage's claims take.
+func (r *storageRow) fill() {
+	if r.Total > 0 {
+		r.UsedFraction = float64(r.Used) / float64(r.Total)
+	}
+}
 
-// storageRowsWhere is storageRows of the storages keep accepts (nil: all);
-// rows left out cost no content scan (storageContent).
-func (h *APIHandler) storageRowsWhere(keep func(name string) bool) []storageRow {
+// storageRowsWhere lists the storages keep accepts (nil: all), by id: the
+// directory storage and the StorageClasses; rows left out cost no scan of
+// their claims.
+func (h *APIHandler) storageRowsWhere(q *request, keep func(name string) bool) []storageRow {
 	out := []storageRow{}
-	for _, sc := range h.cluster.StorageClasses() {
-		if keep != nil && !keep(sc.Name) {
+	dir := h.LocalStorage.name()
+	if keep == nil || keep(dir) {
+		out = append(out, h.dirRow(q))
+	}
+	for _, sc := range q.c.StorageClasses() {
+		if sc.Name == dir || (keep != nil && !keep(sc.Name)) {
 			continue
 		}
 		typ, shared := storageType(sc)
-		out = append(out, storageRow{Storage: sc.Name, Type: typ, Content: h.storageContent(sc.Name), Active: 1, Enabled: 1, Shared: shared})
+		row := storageRow{Storage: sc.Name, Type: typ, Content: "images,rootdir", Active: 1, Enabled: 1, Shared: shared}
+		row.Used = claimsUsed(diskClaims(q.c.ClaimsOf(sc.Name)))
+		row.fill()
+		out = append(out, row)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Storage < out[j].Storage })
 	return out
 }
 
-// storageContent lists the content types a storage holds: disk images
-// always, ISO images when a claim of the class carries one (see
-// AnnotationISOFile), so that clients picking "the ISO storage" by
-// content find it.
-func (h *APIHandler) storageContent(class string) string {
-	for _, pvc := range h.cluster.ClaimsOf(class) {
-		if pvc.Annotations[AnnotationISOFile] != "" && listable(h.cluster, pvc) {
-			return "images,iso,rootdir"
+// diskClaims leaves out the claims holding files: they belong to the
+// directory storage whatever StorageClass they are on.
+func diskClaims(claims []*corev1.PersistentVolumeClaim) []*corev1.PersistentVolumeClaim {
+	out := claims[:0:0]
+	for _, pvc := range claims {
+		if _, _, file := translate.FileOf(pvc.Annotations); !file {
+			out = append(out, pvc)
 		}
 	}
-	return "images,rootdir"
+	return out
 }
 
 // getNodeStorage lists the storages a node can use, filtered like PVE's
@@ -131,12 +150,12 @@ func (h *APIHandler) getNodeStorageStatus(q *request) (any, *apiError) {
 		return nil, e
 	}
 	name := q.r.PathValue("storage")
-	for _, r := range h.storageRowsWhere(func(s string) bool { return s == name }) {
+	for _, r := range h.storageRowsWhere(q, func(s string) bool { return s == name }) {
 		if r.Storage == name {
 			return r, nil
 		}
 	}
-	return nil, newError(http.StatusInternalServerError, "storage '%s' does not exist", name)
+	return nil, noStorage(name)
 }
 
 func (h *APIHandler) getStorageConfig(q *request) (any, *apiError) {
@@ -149,10 +168,10 @@ func (h *APIHandler) getStorageConfig(q *request) (any, *apiError) {
 
 func (h *APIHandler) getStorageConfigOne(q *request) (any, *apiError) {
 	name := q.r.PathValue("storage")
-	for _, r := range h.storageRowsWhere(func(s string) bool { return s == name }) {
+	for _, r := range h.storageRowsWhere(q, func(s string) bool { return s == name }) {
 		if r.Storage == name {
 			return map[string]any{"storage": r.Storage, "type": r.Type, "content": r.Content, "shared": r.Shared}, nil
 		}
 	}
-	return nil, newError(http.StatusInternalServerError, "storage '%s' does not exist", name)
+	return nil, noStorage(name)
 }

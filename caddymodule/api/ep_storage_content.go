@@ -30,36 +30,74 @@ var diskClaimRE = regexp.MustCompile(`^vm-(\d+)-(disk-\d+|cloudinit)$`)
 // PVE clients see (local:iso/<file>).
 const AnnotationISOFile = translate.AnnotationISOFile
 
-// volume describes a claim as a PVE volume of storage s.
+// volume describes a claim as a PVE volume of storage s: a file of the
+// directory storage (its size the file's, as PVE lists it, when known),
+// else a disk.
 func volume(s string, pvc *corev1.PersistentVolumeClaim) contentRow {
 	size := translate.ClaimInfoOf(pvc).Bytes
 	row := contentRow{VolID: s + ":" + pvc.Name, Content: "images", Format: "raw", Size: size, Used: size, CTime: pvc.CreationTimestamp.Unix()}
-	if f := pvc.Annotations[AnnotationISOFile]; f != "" {
-		row.VolID, row.Content, row.Format = s+":iso/"+f, "iso", "iso"
+	if content, file, ok := translate.FileOf(pvc.Annotations); ok {
+		row.VolID, row.Content, row.Format = s+":"+content+"/"+file, content, translate.FileFormat(content, file)
+		if n := translate.FileSizeOf(pvc.Annotations); n > 0 {
+			row.Size, row.Used = n, n
+		}
 	} else if m := diskClaimRE.FindStringSubmatch(pvc.Name); m != nil {
 		row.VMID, _ = strconv.Atoi(m[1])
 	}
-	row.Path = "/dev/pvc/" + pvc.Namespace + "/" + pvc.Name
+	row.Path = kube.ClaimPath(pvc.Namespace, pvc.Name)
 	return row
 }
 
-// getStorageContent lists the claims of the StorageClass as PVE volumes.
+// templateVMs are the VMs that are templates, by namespace and vmid: their
+// disks show PVE's base- names (translate.BaseVolume).
+func templateVMs(q *request) map[string]bool {
+	out := map[string]bool{}
+	for _, g := range q.c.Guests() {
+		if g.Template() {
+			out[g.Namespace()+"/"+strconv.Itoa(g.VMID)] = true
+		}
+	}
+	return out
+}
+
+// storageVolume is volume with a template's disks under their base- names.
+func storageVolume(s string, pvc *corev1.PersistentVolumeClaim, templates map[string]bool) contentRow {
+	row := volume(s, pvc)
+	if row.VMID != 0 && templates[pvc.Namespace+"/"+strconv.Itoa(row.VMID)] {
+		row.VolID = s + ":" + translate.BaseVolume(pvc.Name)
+	}
+	return row
+}
+
+// storageClaims lists the claims whose volumes storage s holds: for the
+// directory storage its files (and the disks of a StorageClass of its
+// name), for a StorageClass its claims but the files.
+func (h *APIHandler) storageClaims(q *request, s string) []*corev1.PersistentVolumeClaim {
+	disks := diskClaims(q.c.ClaimsOf(s))
+	if !h.isDirStorage(s) {
+		return disks
+	}
+	return append(q.c.FileClaims(""), disks...)
+}
+
+// getStorageContent lists the volumes of a storage.
 func (h *APIHandler) getStorageContent(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
 	s := q.r.PathValue("storage")
-	if !q.c.StorageClassExists(s) {
-		return nil, newError(http.StatusInternalServerError, "storage '%s' does not exist", s)
+	if !h.storageExists(q, s) {
+		return nil, noStorage(s)
 	}
 	content := q.p["content"]
 	vmid := q.p["vmid"]
 	out := []contentRow{}
-	for _, pvc := range q.c.ClaimsOf(s) {
+	templates := templateVMs(q)
+	for _, pvc := range h.storageClaims(q, s) {
 		if !listable(q.c, pvc) {
 			continue
 		}
-		row := volume(s, pvc)
+		row := storageVolume(s, pvc, templates)
 		if (content != "" && row.Content != content) || (vmid != "" && strconv.Itoa(row.VMID) != vmid) {
 			continue
 		}
@@ -69,33 +107,39 @@ func (h *APIHandler) getStorageContent(q *request) (any, *apiError) {
 }
 
 // getStorageVolume describes one volume; bpg asks for it when a disk
-// lacks format=.
+// lacks format=, and for a downloaded file's size.
 func (h *APIHandler) getStorageVolume(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
 	s := q.r.PathValue("storage")
 	volid := q.r.PathValue("volume")
-	name := strings.TrimPrefix(volid, s+":")
-	for _, pvc := range q.c.ClaimsOf(s) {
+	if !h.storageExists(q, s) {
+		return nil, noStorage(s)
+	}
+	want := volid
+	if !strings.HasPrefix(want, s+":") {
+		want = s + ":" + want
+	}
+	templates := templateVMs(q)
+	for _, pvc := range h.storageClaims(q, s) {
 		if !listable(q.c, pvc) {
 			continue
 		}
-		row := volume(s, pvc)
-		if row.VolID == s+":"+name || pvc.Name == name || strings.TrimPrefix(row.VolID, s+":iso/") == strings.TrimPrefix(name, "iso/") {
+		if row := storageVolume(s, pvc, templates); row.VolID == want {
 			return map[string]any{"path": row.Path, "format": row.Format, "size": row.Size, "used": row.Used}, nil
 		}
 	}
 	return nil, newError(http.StatusInternalServerError, "volume '%s' does not exist", volid)
 }
 
-// listable tells whether a claim shows as a volume: an ISO image only once
-// it is complete, as PVE shows a download only when it is renamed into
-// place (a download running or failed, or a claim being deleted, is not
-// listed; DELETE still finds it).
+// listable tells whether a claim shows as a volume: a file only once it is
+// complete and checked, as PVE shows a download only when it is renamed
+// into place (a download running or failed, or a claim being deleted, is
+// not listed; DELETE still finds it).
 func listable(c *kube.Cluster, pvc *corev1.PersistentVolumeClaim) bool {
-	if pvc.Annotations[AnnotationISOFile] == "" {
+	if _, _, file := translate.FileOf(pvc.Annotations); !file {
 		return true
 	}
-	return pvc.DeletionTimestamp == nil && c.ClaimPopulated(pvc)
+	return pvc.DeletionTimestamp == nil && pvc.Annotations[translate.AnnotationFilePending] == "" && c.ClaimPopulated(pvc)
 }

@@ -101,10 +101,10 @@ func oneOf(v string, set ...string) bool {
 	return false
 }
 
-// postDownloadURL downloads an ISO image: a CDI DataVolume importing the
-// URL into a claim of the StorageClass, in the namespace VMs are created
-// in by default. The download task ends when CDI is done, or fails with
-// CDI's reason.
+// postDownloadURL downloads a file into the directory storage: a CDI
+// DataVolume importing the URL into a claim (translate.FileDataVolume), in
+// the namespace VMs are created in by default. The download task ends when
+// CDI is done, or fails with CDI's reason.
 func (h *APIHandler) postDownloadURL(q *request) (any, *apiError) {
 	node, e := h.node(q)
 	if e != nil {
@@ -115,68 +115,55 @@ func (h *APIHandler) postDownloadURL(q *request) (any, *apiError) {
 		return nil, e
 	}
 	s := q.r.PathValue("storage")
-	if !q.c.StorageClassExists(s) {
-		return nil, newError(http.StatusInternalServerError, "storage '%s' does not exist", s)
+	if e := h.fileTarget(q, s, d.content, d.file); e != nil {
+		return nil, e
 	}
-	if d.content != "iso" {
-		what := "there are no containers here"
-		if d.content == "import" {
-			what = "VM disks are made by creating VMs"
-		}
-		return nil, newError(http.StatusInternalServerError, "storage '%s' is not configured for content-type '%s' (only ISO images can be downloaded: %s)", s, d.content, what)
-	}
-	if !translate.ValidISOFilename(d.file) {
-		return nil, paramErr("filename", "wrong file extension")
-	}
-	if _, ok := q.p["checksum"]; ok {
-		return nil, newError(http.StatusInternalServerError, "checksum verification is not supported: CDI's http import cannot check a checksum (download without checksum and checksum-algorithm)")
-	}
-	if c := q.p["compression"]; c != "" && c != "gz" {
+	if c := q.p["compression"]; c != "" && c != "gz" && d.content == translate.ContentISO {
 		return nil, newError(http.StatusInternalServerError, "decompression method '%s' is not supported: CDI decompresses gz (and xz) images only", c)
 	}
-	if !d.verify && strings.HasPrefix(d.url, "https:") {
-		return nil, newError(http.StatusInternalServerError, "verify-certificates=0 is not supported: CDI always verifies https certificates")
-	}
-	if !q.c.HasCDI() {
-		return nil, newError(http.StatusInternalServerError, "%v", kube.ErrNoCDI)
-	}
-	ns := h.defaultNamespace()
-	if !q.c.Serves(ns) {
-		return nil, newError(http.StatusInternalServerError, "cannot download: namespace '%s' (where VMs are created without pool) is not served", ns)
+	// What CDI's importer cannot do (check a checksum, skip the
+	// certificate check), the plugin does, fetching the file itself.
+	sum := checksumParams(q.p)
+	streamed := sum != nil || (!d.verify && strings.HasPrefix(d.url, "https:"))
+	ns, class, e := h.fileDestination(q, "download")
+	if e != nil {
+		return nil, e
 	}
 	if _, err := checkProbeURL(d.url); err != nil {
 		return nil, probeError(d.url, err)
 	}
 
-	claim := translate.ISOClaimName(d.file)
+	claim := translate.FileClaimName(d.content, d.file)
 	path := kube.ClaimPath(ns, claim)
-	log := []string{fmt.Sprintf("downloading %s to %s", d.url, path)}
-	bytes := d.size
-	if bytes == 0 {
-		meta, err := probeURL(q.ctx(), d.url, d.verify, downloadProbeTimeout)
-		var refused *refusedAddrError
-		switch {
-		case errors.As(err, &refused):
-			return nil, probeError(d.url, err)
-		case err != nil:
-			log = append(log, fmt.Sprintf("size unknown (%s); claim of %s", probeError(d.url, err).Message, translate.FormatSize(translate.DefaultISOClaimBytes)))
-		case meta.Size == 0:
-			log = append(log, fmt.Sprintf("size not announced by the server; claim of %s", translate.FormatSize(translate.DefaultISOClaimBytes)))
-		default:
-			log = append(log, fmt.Sprintf("size %d bytes; claim of %s", meta.Size, translate.FormatSize(translate.ISOClaimBytes(meta.Size))))
-		}
-		bytes = translate.ISOClaimBytes(meta.Size)
-	}
-	log = append(log, fmt.Sprintf("importing with CDI: DataVolume %s/%s, StorageClass %s", ns, claim, s))
-
 	spec := kube.TaskSpec{
 		Node: node.Name, Type: taskDownload, ID: d.file, User: q.id.ID(), Goal: kube.GoalImported,
-		Namespace: ns, Name: claim, Timeout: downloadTimeout, Log: log,
+		Namespace: ns, Name: claim, Timeout: downloadTimeout,
+		Log: []string{fmt.Sprintf("downloading %s to %s", d.url, path)},
 	}
-	dv, err := q.c.CreateISO(q.ctx(), translate.ISODataVolume(translate.ISODownload{
-		File: d.file, URL: d.url, Namespace: ns, StorageClass: s, Bytes: bytes,
-	}))
-	var exists *kube.ISOExistsError
+	if c := q.p["compression"]; c != "" && d.content != translate.ContentISO {
+		// PVE's worker refuses it, failing the task.
+		spec.Err = fmt.Errorf("decompression not supported for %s", d.content)
+		return h.beginSpec(q, spec)
+	}
+	f := translate.FileImport{Content: d.content, File: d.file, URL: d.url, Namespace: ns, StorageClass: class}
+	lines, err := h.sizeDownload(q, d, path, &f)
+	spec.Log = append(spec.Log, lines...)
+	var refused *refusedAddrError
+	switch {
+	case errors.As(err, &refused):
+		return nil, probeError(d.url, err)
+	case err != nil:
+		// PVE's worker checks the file after the download, failing the task.
+		spec.Err = fmt.Errorf("failed to verify file: %v", err)
+		return h.beginSpec(q, spec)
+	}
+	if streamed {
+		return h.downloadStreamed(q, d, spec, f, sum)
+	}
+	spec.Log = append(spec.Log, fmt.Sprintf("importing with CDI: DataVolume %s/%s, StorageClass %s", ns, claim, class))
+
+	dv, err := q.c.CreateFile(q.ctx(), translate.FileDataVolume(f))
+	var exists *kube.FileExistsError
 	switch {
 	case errors.As(err, &exists):
 		// PVE's worker checks the file and fails the task.
@@ -192,4 +179,77 @@ func (h *APIHandler) postDownloadURL(q *request) (any, *apiError) {
 		spec.UID = dv.UID
 	}
 	return h.beginSpec(q, spec)
+}
+
+// fileTarget checks that storage s may receive a file of content type
+// content and name file, as pve-storage's download and upload do.
+func (h *APIHandler) fileTarget(q *request, s, content, file string) *apiError {
+	if !h.storageExists(q, s) {
+		return noStorage(s)
+	}
+	if !h.isDirStorage(s) {
+		typ, _ := storageType(q.c.StorageClass(s))
+		return newError(http.StatusInternalServerError, "can't upload to storage type '%s', not a file based storage!", typ)
+	}
+	switch content {
+	case translate.ContentISO:
+		if !translate.ValidISOFilename(file) {
+			return paramErr("filename", "wrong file extension")
+		}
+	case translate.ContentImport:
+		switch translate.ImportFormat(file) {
+		case "":
+			return paramErr("filename", "invalid filename or wrong extension")
+		case "ova":
+			return newError(http.StatusInternalServerError, "importing OVA archives is not supported: a KubeVirt disk is one image (import the disk image inside the OVA)")
+		}
+	default:
+		return newError(http.StatusInternalServerError, "storage '%s' is not configured for content-type '%s'", s, content)
+	}
+	return nil
+}
+
+// sizeDownload sizes the claim of a download into f: the server's
+// announced size (or the size= extension), and for an image to import the
+// format and disk size its first bytes tell (an image that is not what its
+// name says is an error, as PVE's check after the download). It returns
+// task log lines; a refused address is a *refusedAddrError.
+func (h *APIHandler) sizeDownload(q *request, d downloadParams, path string, f *translate.FileImport) ([]string, error) {
+	var log []string
+	if d.size > 0 {
+		f.ClaimBytes = d.size
+	} else {
+		meta, err := probeURL(q.ctx(), d.url, d.verify, downloadProbeTimeout)
+		var refused *refusedAddrError
+		switch {
+		case errors.As(err, &refused):
+			return nil, err
+		case err != nil:
+			log = append(log, fmt.Sprintf("size unknown (%s)", probeError(d.url, err).Message))
+		case meta.Size == 0:
+			log = append(log, "size not announced by the server")
+		default:
+			log = append(log, fmt.Sprintf("size %d bytes", meta.Size))
+		}
+		if q.p["compression"] == "" {
+			f.FileSize = meta.Size // PVE lists the decompressed file
+		}
+	}
+	if d.content == translate.ContentImport {
+		head, err := probeHead(q.ctx(), d.url, d.verify, downloadProbeTimeout, translate.ImageHeaderBytes)
+		if err != nil {
+			return log, fmt.Errorf("could not read the image's header: %v", probeError(d.url, err).Message)
+		}
+		if f.VirtualSize, err = translate.InspectImage(path, translate.ImportFormat(d.file), head); err != nil {
+			return log, err
+		}
+		if f.VirtualSize > 0 {
+			log = append(log, fmt.Sprintf("%s image of %s", translate.ImportFormat(d.file), translate.FormatSize(f.VirtualSize)))
+		}
+	}
+	if f.ClaimBytes == 0 {
+		f.ClaimBytes = translate.ImportClaimBytes(f.FileSize, f.VirtualSize)
+		log = append(log, fmt.Sprintf("claim of %s", translate.FormatSize(f.ClaimBytes)))
+	}
+	return log, nil
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
-// deleteStorageVolume deletes an ISO image (its claim, through the
-// DataVolume that made it, if any), answering an imgdel task that ends when
-// the claim is gone. VM disks are not deleted here.
+// deleteStorageVolume deletes a file of the directory storage (its claim,
+// through the DataVolume that made it, if any), answering an imgdel task
+// that ends when the claim is gone. VM disks are not deleted here.
 func (h *APIHandler) deleteStorageVolume(q *request) (any, *apiError) {
 	node, e := h.node(q)
 	if e != nil {
@@ -30,28 +30,28 @@ func (h *APIHandler) deleteStorageVolume(q *request) (any, *apiError) {
 		return nil, e
 	}
 	s := q.r.PathValue("storage")
-	if !q.c.StorageClassExists(s) {
-		return nil, newError(http.StatusInternalServerError, "storage '%s' does not exist", s)
+	if !h.storageExists(q, s) {
+		return nil, noStorage(s)
 	}
-	volid, file, e := isoVolume(q)
+	volid, content, file, e := h.fileVolumeOf(q)
 	if e != nil {
 		return nil, e
 	}
-	pvc, e := h.isoClaim(q, s, file)
+	pvc, e := h.fileClaim(q, content, file)
 	if e != nil {
 		return nil, e
 	}
-	if users := q.c.ISOUsers(pvc.Namespace, pvc.Name); len(users) > 0 {
+	if users := q.c.FileUsers(pvc.Namespace, pvc.Name); len(users) > 0 {
 		ids := make([]string, len(users))
 		for i, g := range users {
 			ids[i] = fmt.Sprint(g.VMID)
 		}
 		return nil, newError(http.StatusInternalServerError, "volume '%s' is still in use by VM %s (remove the CD-ROM first)", volid, strings.Join(ids, ", "))
 	}
-	if err := q.c.DeleteISO(q.ctx(), pvc); err != nil && !kube.IsNotFound(err) {
+	if err := q.c.DeleteFile(q.ctx(), pvc); err != nil && !kube.IsNotFound(err) {
 		return nil, kubeError(err)
 	}
-	h.logger.Info("deleting ISO image", zap.String("volid", volid), zap.String("claim", pvc.Namespace+"/"+pvc.Name), zap.String("user", q.id.ID()))
+	h.logger.Info("deleting file", zap.String("volid", volid), zap.String("claim", pvc.Namespace+"/"+pvc.Name), zap.String("user", q.id.ID()))
 	upid, e := h.beginSpec(q, kube.TaskSpec{
 		Node: node.Name, Type: taskImgDel, ID: s, User: q.id.ID(), Goal: kube.GoalClaimGone,
 		Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID, Object: volid, Timeout: 5 * time.Minute,
@@ -81,37 +81,41 @@ func (h *APIHandler) deleteStorageVolume(q *request) (any, *apiError) {
 	}
 }
 
-// isoVolume reads the {volume} of a delete: "<storage>:iso/<file>" or
-// "iso/<file>" (PVE prefixes the storage). Anything else is refused: VM
-// disks are deleted through their VM.
-func isoVolume(q *request) (volid, file string, e *apiError) {
+// fileVolumeOf reads the {volume} of a delete: a file of the directory
+// storage, "<s>:<content>/<file>" or "<content>/<file>" (PVE prefixes the
+// storage). Anything else is refused: VM disks are deleted through their
+// VM.
+func (h *APIHandler) fileVolumeOf(q *request) (volid, content, file string, e *apiError) {
 	s := q.r.PathValue("storage")
 	volume := q.r.PathValue("volume")
 	name := volume
 	if sid, rest, ok := strings.Cut(volume, ":"); ok {
 		if sid != s {
-			return "", "", paramErr("volume", "storage ID mismatch (%s != %s)", sid, s)
+			return "", "", "", paramErr("volume", "storage ID mismatch (%s != %s)", sid, s)
 		}
 		name = rest
 	}
 	volid = s + ":" + name
-	if f, ok := strings.CutPrefix(name, "iso/"); ok && f != "" && !strings.Contains(f, "/") {
-		return volid, f, nil
+	if h.isDirStorage(s) {
+		if content, file, ok := fileVolume(s, volid); ok {
+			return volid, content, file, nil
+		}
 	}
 	if diskClaimRE.MatchString(name) {
-		return "", "", newError(http.StatusInternalServerError, "deleting VM disk volume '%s' here is not supported: remove it from the VM's config (it stays as unusedN) and delete it there", volid)
+		return "", "", "", newError(http.StatusInternalServerError, "deleting VM disk volume '%s' here is not supported: remove it from the VM's config (it stays as unusedN) and delete it there", volid)
 	}
-	return "", "", newError(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+	return "", "", "", newError(http.StatusInternalServerError, "volume '%s' does not exist", volid)
 }
 
-// isoClaim finds the claim holding ISO image file on storage s, among
+// fileClaim finds the claim holding a file of the directory storage, among
 // every served namespace, the download namespace's first; downloads still
 // running or failed count (they can be deleted). Copies of one file in
 // several other namespaces are ambiguous.
-func (h *APIHandler) isoClaim(q *request, s, file string) (*corev1.PersistentVolumeClaim, *apiError) {
+func (h *APIHandler) fileClaim(q *request, content, file string) (*corev1.PersistentVolumeClaim, *apiError) {
+	volid := h.LocalStorage.name() + ":" + content + "/" + file
 	var found []*corev1.PersistentVolumeClaim
-	for _, pvc := range q.c.ClaimsOf(s) {
-		if pvc.Annotations[translate.AnnotationISOFile] != file || pvc.DeletionTimestamp != nil {
+	for _, pvc := range q.c.FileClaims(content) {
+		if _, f, _ := translate.FileOf(pvc.Annotations); f != file || pvc.DeletionTimestamp != nil {
 			continue
 		}
 		if pvc.Namespace == h.defaultNamespace() {
@@ -121,7 +125,7 @@ func (h *APIHandler) isoClaim(q *request, s, file string) (*corev1.PersistentVol
 	}
 	switch len(found) {
 	case 0:
-		return nil, newError(http.StatusInternalServerError, "volume '%s:iso/%s' does not exist", s, file)
+		return nil, newError(http.StatusInternalServerError, "volume '%s' does not exist", volid)
 	case 1:
 		return found[0], nil
 	}
@@ -130,5 +134,5 @@ func (h *APIHandler) isoClaim(q *request, s, file string) (*corev1.PersistentVol
 		where = append(where, pvc.Namespace)
 	}
 	sort.Strings(where)
-	return nil, newError(http.StatusInternalServerError, "volume '%s:iso/%s' exists in several pools (%s): delete the claims there", s, file, strings.Join(where, ", "))
+	return nil, newError(http.StatusInternalServerError, "volume '%s' exists in several pools (%s): delete the claims there", volid, strings.Join(where, ", "))
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,32 @@ func FuzzAuthenticate(f *testing.F) {
 			}
 		default:
 			t.Fatalf("accepted %+v without any credential", id)
+		}
+	})
+}
+
+// FuzzAuthValue checks authValue against the regular expression of
+// pveproxy's extract_auth_value that it spells out.
+func FuzzAuthValue(f *testing.F) {
+	res := map[string]*regexp.Regexp{
+		"PVEAuthCookie": regexp.MustCompile(`(?:^|\s)PVEAuthCookie(?:=| )([^;]*)`),
+		"PVEAPIToken":   regexp.MustCompile(`(?:^|\s)PVEAPIToken(?:=| )([^;]*)`),
+	}
+	for _, s := range []string{
+		"PVEAPIToken=root@pam!ci=secret", "PVEAPIToken root@pam%21ci%3Dx", "xPVEAPIToken=a PVEAPIToken=b;c",
+		"PVEAPITokenPVEAPIToken=a", "Bearer x\tPVEAuthCookie=t;PVEAPIToken=y", "PVEAPIToken", "PVEAPIToken=", " PVEAuthCookie t",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		for key, re := range res {
+			want, wantOK := "", false
+			if m := re.FindStringSubmatch(header); m != nil {
+				want, wantOK = uriUnescape(m[1]), true
+			}
+			if got, ok := authValue(header, key); got != want || ok != wantOK {
+				t.Fatalf("authValue(%q, %s) = %q, %v; the regexp says %q, %v", header, key, got, ok, want, wantOK)
+			}
 		}
 	})
 }

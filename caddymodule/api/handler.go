@@ -32,8 +32,9 @@ type APIHandler struct {
 	// Simulate serves an embedded in-memory KubeVirt cluster instead of a
 	// real one (for trying things out and for tests).
 	Simulate bool `json:"simulate,omitempty"`
-	// SimulateVMs adds this many plain VMs to the simulated cluster, for
-	// load tests and demos at scale.
+	// SimulateVMs adds this many VMs to the simulated cluster (each with a
+	// disk, a NIC and cloud-init; every other one running), for load tests
+	// and demos at scale.
 	SimulateVMs int `json:"simulate_vms,omitempty"`
 	// Kubeconfig is the kubeconfig path; empty means the standard loading
 	// rules ($KUBECONFIG, ~/.kube/config), then the in-cluster config.
@@ -81,6 +82,12 @@ type APIHandler struct {
 	// Prometheus, when set, supplies KubeVirt's and node_exporter's
 	// metrics and the rrddata history.
 	Prometheus *PrometheusConfig `json:"prometheus,omitempty"`
+	// LocalStorage is the directory storage that keeps ISO images, disk
+	// images to import and snippets as claims (PVE's "local").
+	LocalStorage LocalStorageConfig `json:"local_storage,omitzero"`
+	// UploadProxy is where uploads go (CDI's cdi-uploadproxy); default:
+	// found in the cluster.
+	UploadProxy *UploadProxyConfig `json:"cdi_upload_proxy,omitempty"`
 
 	cluster *kube.Cluster
 	history *prom.History // nil without Prometheus
@@ -199,6 +206,12 @@ func (h *APIHandler) Validate() error {
 			return err
 		}
 	}
+	if err := h.LocalStorage.validate(); err != nil {
+		return err
+	}
+	if err := h.UploadProxy.validate(); err != nil {
+		return err
+	}
 	for _, t := range h.Tokens {
 		user, name, ok := strings.Cut(t.ID, "!")
 		if !ok || !strings.Contains(user, "@") || name == "" {
@@ -241,17 +254,32 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cadd
 			writeError(w, r, newError(http.StatusInternalServerError, "internal error (incident %s)", hex.EncodeToString(id)))
 		}
 	}()
-	r2 := r.Clone(r.Context())
+	// Routing rewrites the URL: the request is copied with its URL, and
+	// nothing else is changed, so the rest (headers above all) is shared
+	// rather than cloned on every call.
+	r2 := r.WithContext(r.Context())
+	u := *r.URL
+	r2.URL = &u
 	// Routing works on the escaped path, so that an escaped slash stays
 	// inside its segment: bpg sends volume ids as content/local:iso%2Fx.iso.
-	r2.URL.RawPath = cleanAPIPath(r.URL.EscapedPath())
-	if p, err := url.PathUnescape(r2.URL.RawPath); err == nil {
-		r2.URL.Path = p
-	} else {
-		r2.URL.Path, r2.URL.RawPath = cleanAPIPath(r.URL.Path), ""
+	// Most paths are clean and have nothing escaped: they are used as
+	// they are.
+	esc := r.URL.EscapedPath()
+	switch {
+	case cleanPath(esc) && !strings.Contains(esc, "%"):
+		r2.URL.Path, r2.URL.RawPath = esc, esc // what the general case makes of it
+	default:
+		r2.URL.RawPath = cleanAPIPath(esc)
+		if p, err := url.PathUnescape(r2.URL.RawPath); err == nil {
+			r2.URL.Path = p
+		} else {
+			r2.URL.Path, r2.URL.RawPath = cleanAPIPath(r.URL.Path), ""
+		}
 	}
-	boundBody(w, r2)
-	if strings.Contains(r2.URL.Path+"/", "/./") || strings.Contains(r2.URL.Path+"/", "/../") {
+	if !isUploadPath(r2.URL.Path) {
+		boundBody(w, r2) // an upload's body streams for as long as it takes
+	}
+	if p := r2.URL.Path; strings.Contains(p, "/./") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") {
 		// No PVE path has dot segments; ServeMux would answer a redirect.
 		h.notImplemented(w, r2)
 		return nil
@@ -271,6 +299,11 @@ func cleanAPIPath(p string) string {
 		}
 	}
 	return "/" + strings.Join(out, "/")
+}
+
+// cleanPath tells whether cleanAPIPath would return p as it is.
+func cleanPath(p string) bool {
+	return len(p) > 1 && p[0] == '/' && p[len(p)-1] != '/' && !strings.Contains(p, "//")
 }
 
 // Interface guards

@@ -27,15 +27,17 @@ type params map[string]string
 // no Content-Type at all; go-proxmox posts typed JSON).
 func parseParams(r *http.Request) (params, *apiError) {
 	p := params{}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, newError(http.StatusBadRequest, "malformed query string")
+	if r.URL.RawQuery != "" {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			return nil, newError(http.StatusBadRequest, "malformed query string")
+		}
+		for k, vs := range q {
+			p[k] = strings.Join(vs, "\x00")
+		}
 	}
-	for k, vs := range q {
-		p[k] = strings.Join(vs, "\x00")
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return p, nil
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || isUploadPath(r.URL.Path) {
+		return p, nil // an upload's body is its own (postUpload)
 	}
 	if r.ContentLength > maxBodyBytes {
 		// Refuse before reading: a client announcing a huge body gets its

@@ -91,6 +91,10 @@ const (
 	// console websocket): no request timeout, no end at an outage, and
 	// serve answers by itself unless it fails before taking over.
 	session
+	// streamed routes take a request body that streams for as long as it
+	// takes (uploads): no request timeout. The body is neither bounded nor
+	// read as parameters (isUploadPath, decided before routing).
+	streamed
 )
 
 // signedIn is the needs of routes open to every authenticated caller.
@@ -106,7 +110,7 @@ func (h *APIHandler) serve(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		// Every call is bounded: a hung apiserver makes a 503, never a
 		// request that hangs with it.
-		if rt.flags&session == 0 {
+		if rt.flags&(session|streamed) == 0 {
 			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
@@ -239,9 +243,12 @@ func (h *APIHandler) routeTable() []route {
 		{"GET", "/cluster/tasks", h.getClusterTasks, signedIn, 0},
 		{"GET", "/cluster/ha", h.getHAIndex, signedIn, 0},
 		{"GET", "/cluster/ha/groups", h.emptyList, signedIn, 0},
-		{"GET", "/cluster/ha/resources", h.emptyList, signedIn, 0},
-		{"GET", "/cluster/ha/resources/{sid}", h.getHAResource, signedIn, 0},
-		{"GET", "/cluster/ha/status/current", h.emptyList, signedIn, 0},
+		{"GET", "/cluster/ha/resources", h.getHAResources, rootNeeds("Sys.Audit"), 0},
+		{"POST", "/cluster/ha/resources", h.postHAResource, rootNeeds("Sys.Console"), 0},
+		{"GET", "/cluster/ha/resources/{sid}", h.getHAResource, rootNeeds("Sys.Audit"), 0},
+		{"PUT", "/cluster/ha/resources/{sid}", h.putHAResource, rootNeeds("Sys.Console"), 0},
+		{"DELETE", "/cluster/ha/resources/{sid}", h.deleteHAResource, rootNeeds("Sys.Console"), 0},
+		{"GET", "/cluster/ha/status/current", h.getHAStatus, rootNeeds("Sys.Audit"), 0},
 
 		// pools and storage
 		{"GET", "/pools", h.getPools, signedIn, 0},
@@ -272,6 +279,7 @@ func (h *APIHandler) routeTable() []route {
 		// and PVE takes the rest of the path as the volume.
 		{"DELETE", "/nodes/{node}/storage/{storage}/content/{volume...}", h.deleteStorageVolume, volumeDeleteNeeds, 0},
 		{"POST", "/nodes/{node}/storage/{storage}/download-url", h.postDownloadURL, downloadNeeds, 0},
+		{"POST", "/nodes/{node}/storage/{storage}/upload", h.postUpload, uploadNeeds, streamed},
 		{"GET", "/nodes/{node}/query-url-metadata", h.getQueryURLMetadata, queryURLNeeds, 0},
 		{"GET", "/nodes/{node}/lxc", h.getNodeLXC, signedIn, 0},
 		{"GET", "/nodes/{node}/tasks", h.getNodeTasks, signedIn, 0},
@@ -292,6 +300,7 @@ func (h *APIHandler) routeTable() []route {
 		{"PUT", "/nodes/{node}/qemu/{vmid}/cloudinit", h.putQemuCloudinit, vmNeeds(translate.PrivConfigCloudinit), 0},
 		{"GET", "/nodes/{node}/qemu/{vmid}/cloudinit/dump", h.getQemuCloudinitDump, vmNeeds("VM.Audit"), 0},
 		{"PUT", "/nodes/{node}/qemu/{vmid}/resize", h.putQemuResize, vmNeeds(translate.PrivConfigDisk), 0},
+		{"POST", "/nodes/{node}/qemu/{vmid}/move_disk", h.postQemuMoveDisk, moveDiskNeeds, 0},
 		{"PUT", "/nodes/{node}/qemu/{vmid}/unlink", h.putQemuUnlink, unlinkNeeds, 0},
 		{"POST", "/nodes/{node}/qemu/{vmid}/template", h.postQemuTemplate, vmNeeds("VM.Allocate"), 0},
 		{"POST", "/nodes/{node}/qemu/{vmid}/clone", h.postQemuClone, cloneNeeds, 0},

@@ -252,14 +252,16 @@ func TestNodeStorageFilters(t *testing.T) {
 		q    url.Values
 		want string
 	}{
-		{nil, "ceph-rbd,local-lvm"},
+		{nil, "ceph-rbd,local,local-lvm"},
 		{url.Values{"content": {"images"}}, "ceph-rbd,local-lvm"},
-		{url.Values{"content": {"iso"}}, ""},
-		{url.Values{"content": {"iso,rootdir"}}, "ceph-rbd,local-lvm"},
+		// The directory storage keeps the files.
+		{url.Values{"content": {"iso"}}, "local"},
+		{url.Values{"content": {"import,snippets"}}, "local"},
+		{url.Values{"content": {"iso,rootdir"}}, "ceph-rbd,local,local-lvm"},
 		{url.Values{"storage": {"ceph-rbd"}}, "ceph-rbd"},
 		// Another node: only storages both can reach.
 		{url.Values{"target": {"kv-node-2-lab-internal"}}, "ceph-rbd"},
-		{url.Values{"target": {"kv-node-1-lab-internal"}}, "ceph-rbd,local-lvm"},
+		{url.Values{"target": {"kv-node-1-lab-internal"}}, "ceph-rbd,local,local-lvm"},
 		{url.Values{"enabled": {"1"}, "content": {"images"}}, "ceph-rbd,local-lvm"},
 	} {
 		if got := ids(c.q); got != c.want {

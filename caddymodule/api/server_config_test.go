@@ -123,6 +123,38 @@ func TestConfigUpdateDigestPendingResizeTemplate(t *testing.T) {
 	if st["template"] != float64(1) {
 		t.Fatalf("status after template: %v", st)
 	}
+	// A template's disk is named base-<vmid>-disk-<n>, as PVE renames it,
+	// in its config and the storage's content (the claim keeps its name).
+	cfg = nil
+	a.OK("GET", "/nodes/"+node+"/qemu/"+id+"/config", nil, &cfg)
+	base := "local-lvm:base-" + id + "-disk-0"
+	if !strings.HasPrefix(cfg["scsi0"].(string), base+",") {
+		t.Fatalf("template's disk: %v", cfg["scsi0"])
+	}
+	var vols []map[string]any
+	a.OK("GET", "/nodes/"+node+"/storage/local-lvm/content", url.Values{"vmid": {id}}, &vols)
+	if len(vols) != 1 || vols[0]["volid"] != base || vols[0]["path"] != "/dev/pvc/default/vm-"+id+"-disk-0" {
+		t.Fatalf("template's volumes: %v", vols)
+	}
+	var vol map[string]any
+	a.OK("GET", "/nodes/"+node+"/storage/local-lvm/content/"+url.PathEscape(base), nil, &vol)
+	if vol["format"] != "raw" {
+		t.Fatalf("template's volume: %v", vol)
+	}
+	// A clone of the template gets its own vm- disk.
+	var cloneID string
+	a.OK("GET", "/cluster/nextid", nil, &cloneID)
+	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/clone", url.Values{"newid": {cloneID}, "full": {"1"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("clone of the template: %s", exit)
+	}
+	cfg = nil
+	a.OK("GET", "/nodes/"+node+"/qemu/"+cloneID+"/config", nil, &cfg)
+	if !strings.HasPrefix(cfg["scsi0"].(string), "local-lvm:vm-"+cloneID+"-disk-0,") {
+		t.Fatalf("clone's disk: %v", cfg["scsi0"])
+	}
+	a.OK("DELETE", "/nodes/"+node+"/qemu/"+cloneID, nil, &upid)
+	a.WaitTask(upid)
 	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/start", nil, &upid)
 	if exit := a.WaitTask(upid); !strings.Contains(exit, "template") {
 		t.Fatalf("starting a template: %q", exit)
@@ -149,4 +181,35 @@ func TestCloudInitCreate(t *testing.T) {
 	}
 	a.OK("DELETE", "/nodes/"+node+"/qemu/"+id, nil, &upid)
 	a.WaitTask(upid)
+}
+
+// As PVE: an EFI disk of a SeaBIOS VM is kept (unused until bios=ovmf),
+// and a cloud-init drive may name the directory storage (it is a Secret
+// here), while a disk may not.
+func TestEFIDiskWithoutOVMFAndCloudInitOnLocal(t *testing.T) {
+	a := shared(t)
+	node := "kv-node-3-lab-internal"
+	var id, upid string
+	a.OK("GET", "/cluster/nextid", nil, &id)
+	a.OK("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {id}, "name": {"efi-bios"}, "efidisk0": {"local-lvm:1,efitype=4m,pre-enrolled-keys=0"},
+		"ide2": {"local:cloudinit,format=raw"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	t.Cleanup(func() { a.Do("DELETE", "/nodes/"+node+"/qemu/"+id, nil) })
+	var cfg map[string]any
+	a.OK("GET", "/nodes/"+node+"/qemu/"+id+"/config", nil, &cfg)
+	if cfg["efidisk0"] != "local-lvm:vm-"+id+"-efidisk,efitype=4m,pre-enrolled-keys=0,size=4M" || cfg["bios"] != nil ||
+		!strings.HasPrefix(cfg["ide2"].(string), "local:vm-"+id+"-cloudinit,") {
+		t.Fatalf("config %v", cfg)
+	}
+	a.OK("PUT", "/nodes/"+node+"/qemu/"+id+"/config", url.Values{"bios": {"ovmf"}}, nil)
+	cfg = nil
+	a.OK("GET", "/nodes/"+node+"/qemu/"+id+"/config", nil, &cfg)
+	if cfg["bios"] != "ovmf" || cfg["efidisk0"] != "local-lvm:vm-"+id+"-efidisk,efitype=4m,pre-enrolled-keys=0,size=4M" {
+		t.Fatalf("config with ovmf %v", cfg)
+	}
+	if ans := a.Do("PUT", "/nodes/"+node+"/qemu/"+id+"/config", url.Values{"scsi1": {"local:4"}}); ans.Code != 400 || ans.Errors["scsi1"] != "storage 'local' does not support vm images\n" {
+		t.Fatalf("a disk on local: %s %s", ans.Status, ans.Raw)
+	}
 }

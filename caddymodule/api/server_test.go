@@ -23,7 +23,8 @@ const (
 var (
 	ssoPort   int
 	permsPort int
-	// fixedPort serves a fixed list of namespaces (pools cannot be made).
+	// fixedPort serves a fixed list of namespaces (pools cannot be made),
+	// with the directory storage "files" on ceph-rbd taking uploads of 1 MiB.
 	fixedPort  int
 	sharedOnce sync.Once
 	sharedAPI  *testcaddy.PVE
@@ -75,6 +76,7 @@ https://localhost:%d {
 		token vmuser@pve!t %[2]s
 		token pooladmin@pve!t %[2]s
 		token admin@pve!t %[2]s
+		token teamlead@pve!t %[2]s
 		user nobody@pve nobody-pass
 		auth_failure_delay 0s
 		default_role NoAccess
@@ -92,6 +94,10 @@ https://localhost:%d {
 		identity admin@pve {
 			role Administrator
 		}
+		identity teamlead@pve {
+			role PVEVMUser /pool/team-it
+			role PVEDatastoreUser /pool/team-it
+		}
 		identity ghost@sso {
 			role PVEVMUser /vms/100
 		}
@@ -105,6 +111,10 @@ https://localhost:%d {
 		namespace default lab
 		token %s %s
 		auth_failure_delay 0s
+		local_storage files {
+			storage_class ceph-rbd
+			max_upload 1M
+		}
 	}
 }
 `, fixedPort, testToken, testSecret))

@@ -1,12 +1,15 @@
 package api_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/caddymodule/api"
 )
@@ -15,7 +18,8 @@ const isoNode = "kv-node-1-lab-internal"
 
 // mirror is an ISO mirror: tiny.iso answers HEAD, nohead.iso only a ranged
 // GET, named answers with a Content-Disposition, away redirects to a
-// cloud metadata address, anything else is 404.
+// cloud metadata address; noble.qcow2 is a qcow2 image's header, fake.qcow2
+// no image, disk.img.raw a raw image of 1 MiB; anything else is 404.
 func mirror(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -34,6 +38,17 @@ func mirror(t *testing.T) *httptest.Server {
 			w.Header().Set("Content-Range", "bytes 0-0/987654321")
 			w.WriteHeader(http.StatusPartialContent)
 			_, _ = w.Write([]byte{0})
+		case "/images/noble.qcow2":
+			// A qcow2 header: version 3, a 3 GiB disk.
+			h := make([]byte, 104)
+			copy(h, "QFI\xfb")
+			binary.BigEndian.PutUint32(h[4:], 3)
+			binary.BigEndian.PutUint64(h[24:], 3<<30)
+			http.ServeContent(w, r, "noble.qcow2", time.Time{}, bytes.NewReader(h))
+		case "/images/fake.qcow2":
+			http.ServeContent(w, r, "fake.qcow2", time.Time{}, strings.NewReader("asd"))
+		case "/images/disk.img.raw":
+			http.ServeContent(w, r, "disk.img.raw", time.Time{}, bytes.NewReader(make([]byte, 1<<20)))
 		case "/download":
 			w.Header().Set("Content-Disposition", `attachment; filename="netinst.iso"`)
 			w.Header().Set("Content-Length", "42")

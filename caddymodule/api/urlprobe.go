@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -230,4 +231,75 @@ func probeError(raw string, err error) *apiError {
 		err = ue.Err
 	}
 	return newError(http.StatusInternalServerError, "invalid server response: '500 Can't connect (%v)'", err)
+}
+
+// probeHead reads the first n bytes of a URL (a GET of that range; a server
+// that sends the whole file is read only that far), through the same guard
+// as probeURL.
+func probeHead(ctx context.Context, raw string, verify bool, timeout time.Duration, n int) ([]byte, error) {
+	if _, err := checkProbeURL(raw); err != nil {
+		return nil, err
+	}
+	cl := probeClient(verify, timeout)
+	defer cl.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", "Proxmox VE")
+	req.Header.Set("Range", fmt.Sprintf("bytes=0-%d", n-1))
+	res, err := cl.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusPartialContent {
+		return nil, &probeStatusError{status: res.Status}
+	}
+	return io.ReadAll(io.LimitReader(res.Body, int64(n)))
+}
+
+// fetchStream GETs a URL for a download the plugin streams, through the
+// probe's guard and redirect rules, without an overall timeout: the body
+// is read as long as it flows, and a server that sends nothing for
+// downloadStall cancels the download (stop).
+func fetchStream(ctx context.Context, stop context.CancelFunc, raw string, verify bool) (io.ReadCloser, error) {
+	if _, err := checkProbeURL(raw); err != nil {
+		return nil, err
+	}
+	cl := probeClient(verify, 30*time.Second)
+	cl.Timeout = 0
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", "Proxmox VE")
+	res, err := cl.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		res.Body.Close()
+		return nil, fmt.Errorf("server answered '%s'", res.Status)
+	}
+	return &stallReader{ReadCloser: res.Body, timer: time.AfterFunc(downloadStall, stop)}, nil
+}
+
+// stallReader stops a download whose body does not move for downloadStall.
+type stallReader struct {
+	io.ReadCloser
+	timer *time.Timer
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	if n > 0 {
+		s.timer.Reset(downloadStall)
+	}
+	return n, err
+}
+
+func (s *stallReader) Close() error {
+	s.timer.Stop()
+	return s.ReadCloser.Close()
 }

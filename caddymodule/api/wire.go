@@ -39,7 +39,7 @@ type vmStatusRow struct {
 // vmCurrentRow is status/current: vmstatus plus the full-status keys.
 type vmCurrentRow struct {
 	vmStatusRow
-	HA             map[string]int `json:"ha"`
+	HA             map[string]any `json:"ha"`
 	Agent          int            `json:"agent,omitempty"`
 	RunningMachine string         `json:"running-machine,omitempty"`
 	RunningQEMU    string         `json:"running-qemu,omitempty"`
@@ -78,7 +78,8 @@ type resourceRow struct {
 // guestFacts are the values every VM row is built from.
 type guestFacts struct {
 	state   translate.GuestState
-	cfg     map[string]string
+	tags    string // the stored config's tags
+	agent   bool   // the stored config enables the guest agent
 	cpus    int
 	maxmem  int64
 	maxdisk int64
@@ -93,11 +94,32 @@ type guestFacts struct {
 
 // factsOf computes a VM row's values; c supplies usage metrics (nil: none).
 func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
-	f := guestFacts{cfg: translate.StoredConfig(g.VM), state: g.State()}
+	u, ok := usageOfGuest(c, g)
+	return factsWith(g, u, ok, snapshotLock(c, g), now)
+}
+
+// snapshotLock is the snapshot or rollback lock c holds on g ("" for none,
+// or without a cluster).
+func snapshotLock(c *kube.Cluster, g kube.Guest) string {
+	if c == nil {
+		return ""
+	}
+	return c.SnapshotLock(g)
+}
+
+// factsWith is factsOf with the usage reading (ok: there is one) and the
+// snapshot lock given.
+func factsWith(g kube.Guest, u kube.Usage, ok bool, lock string, now time.Time) guestFacts {
+	cfg := translate.StoredConfig(g.VM)
+	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(translate.AgentConfig(g.VM))}
 	// A lock recorded at create or clone holds while the volumes are
 	// provisioned, then lifts by itself.
 	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM) {
 		f.state.Lock = l
+	}
+	// A snapshot or rollback locks the VM from the moment it is asked for.
+	if f.state.Lock == "" {
+		f.state.Lock = lock
 	}
 	sockets, cores := translate.CPUTopology(g.VM)
 	f.cpus = sockets * cores
@@ -108,7 +130,7 @@ func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
 		if g.VMI != nil {
 			f.pid = translate.PID(g.VMI)
 		}
-		if u, ok := usageOfGuest(c, g); ok {
+		if ok {
 			has := u.Fields()
 			if has&kube.HasCPU != 0 {
 				f.cpu = fraction(u.CPUCores, float64(f.cpus))
@@ -140,15 +162,15 @@ func vmStatus(g kube.Guest, f guestFacts) vmStatusRow {
 	return vmStatusRow{
 		VMID: g.VMID, Name: g.PVEName(), Status: f.state.Status, CPUs: f.cpus,
 		MaxMem: f.maxmem, MaxDisk: f.maxdisk, Uptime: f.uptime, PID: f.pid,
-		CPU: f.cpu, Mem: f.mem, Template: f.tmpl, Lock: f.state.Lock, Tags: f.cfg["tags"],
+		CPU: f.cpu, Mem: f.mem, Template: f.tmpl, Lock: f.state.Lock, Tags: f.tags,
 		NetIn: f.netin, NetOut: f.netout, DiskRead: f.diskread, DiskWrite: f.diskwrite,
 	}
 }
 
 func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
-	row := vmCurrentRow{vmStatusRow: vmStatus(g, f), HA: map[string]int{"managed": 0}}
+	row := vmCurrentRow{vmStatusRow: vmStatus(g, f), HA: haStatus(g)}
 	row.QMPStatus = f.state.QMPStatus
-	if translate.AgentEnabled(translate.AgentConfig(g.VM)) {
+	if f.agent {
 		row.Agent = 1
 	}
 	if f.state.Running() {
@@ -169,7 +191,7 @@ func vmResource(g kube.Guest, f guestFacts, pool string) resourceRow {
 		ID: "qemu/" + strconv.Itoa(g.VMID), Type: "qemu", Node: g.Node, Status: f.state.Status,
 		Name: g.PVEName(), VMID: g.VMID, Uptime: f.uptime, CPU: f.cpu, MaxCPU: f.cpus, Mem: f.mem, MaxMem: f.maxmem,
 		MaxDisk: f.maxdisk, NetIn: &f.netin, NetOut: &f.netout, DiskRead: &f.diskread, DiskWrite: &f.diskwrite,
-		Template: &tmpl, Pool: pool, Lock: f.state.Lock, Tags: f.cfg["tags"],
+		Template: &tmpl, Pool: pool, Lock: f.state.Lock, Tags: f.tags, HAState: haState(g),
 	}
 }
 

@@ -50,7 +50,9 @@ type GuestOptions struct {
 	// service answers once ready (a game server's status query, a DNS
 	// question). Any answer within a second means ready.
 	ProbeSend string `json:"probe_send,omitempty"`
-	// ProbeInterval is the period of readiness probes (100ms).
+	// ProbeInterval is the period of readiness probes (100ms) once the
+	// service has been probed for 10 s; before that they run every 5ms, so
+	// that a held request goes through as soon as the service answers.
 	ProbeInterval caddy.Duration `json:"probe_interval,omitempty"`
 	// ReadyAfter is a settle delay after the probe first passes.
 	ReadyAfter caddy.Duration `json:"ready_after,omitempty"`

@@ -55,12 +55,26 @@ func (a *PVE) Send(method, path string, form url.Values) (Answer, error) {
 	} else if form != nil {
 		body = strings.NewReader(form.Encode())
 	}
+	ctype := ""
+	if body != nil {
+		ctype = "application/x-www-form-urlencoded"
+	}
+	return a.SendBody(method, target, ctype, body)
+}
+
+// SendBody sends body (of Content-Type ctype) to target, a path under
+// /api2/json or a whole URL.
+func (a *PVE) SendBody(method, target, ctype string, body io.Reader) (Answer, error) {
+	path := target
+	if !strings.Contains(target, "://") {
+		target = a.Base + "/api2/json" + target
+	}
 	req, err := http.NewRequest(method, target, body)
 	if err != nil {
 		return Answer{}, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
 	if a.Auth != nil {
 		a.Auth(req)

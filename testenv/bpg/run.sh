@@ -166,7 +166,7 @@ export PROXMOX_VE_ACC_TEST_FILE_SERVER_IP=198.18.0.1
 export PROXMOX_VE_ACC_CLOUD_IMAGES_SERVER=http://198.18.0.1:8080
 export PROXMOX_VE_ACC_CONTAINER_IMAGES_SERVER=http://198.18.0.1:8080
 export TF_ACC_TEMP_DIR=$out/tf
-mkdir -p "$TF_ACC_TEMP_DIR"
+mkdir -p "$TF_ACC_TEMP_DIR" "$out/cwd"
 
 # skip_for PKG TEST: the -test.skip pattern of one top-level test from
 # not-applicable.txt ("" when nothing of it is listed).
@@ -178,13 +178,17 @@ skip_for() {
 }
 
 # run_one PKG TEST: one top-level test in its own process, so that a hang
-# ends at BPG_TEST_TIMEOUT and takes only that test with it.
+# ends at BPG_TEST_TIMEOUT and takes only that test with it. It runs in an
+# empty folder of its own: terraform-plugin-testing links every folder of
+# the working directory into each test's new working directory, and in
+# TF_ACC_TEMP_DIR those are the other tests' directories, which vanish as
+# they end ("unable to symlink directory ...: no such file or directory").
 run_one() {
 	local pkg=$1 test=$2 bin log skip
 	bin=$out/bin/$(basename "$pkg").test
 	log=$out/log/${pkg//\//_}.$test.log
 	skip=$(skip_for "$pkg" "$test")
-	(cd "$out/tf" && "$bin" -test.v -test.count=1 -test.run "^$test\$" ${skip:+-test.skip "$skip"} \
+	(cd "$out/cwd" && "$bin" -test.v -test.count=1 -test.run "^$test\$" ${skip:+-test.skip "$skip"} \
 		-test.timeout "${BPG_TEST_TIMEOUT:-10m}" -test.parallel "${BPG_PARALLEL:-4}") >"$log" 2>&1 || true
 }
 

@@ -1,0 +1,287 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kube"
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// guestRows keeps the wire rows of every VM encoded, so that lists and
+// status/current answer by copying bytes. A row is rebuilt only when
+// something it shows changed: its VM or instance (their resourceVersions),
+// its node or vmid, its pool, or its usage reading. The uptime moves with
+// the clock and is written into the bytes per answer. Rows are the same
+// for every caller; what each caller may see is decided per answer
+// (visibleRows), never stored.
+type guestRows struct {
+	poolOf func(c *kube.Cluster, g kube.Guest) string
+
+	mu    sync.Mutex // serialises rebuilds of the list
+	list  atomic.Pointer[rowList]
+	byKey sync.Map // the VM's UID -> *guestRow
+	// built counts rows built outside a list rebuild; many of them prune
+	// rows of VMs that are gone.
+	built atomic.Int64
+}
+
+// rowList is every VM's row in vmid order, as of the versions it was built
+// at.
+type rowList struct {
+	c               *kube.Cluster
+	guests, metrics uint64
+	rows            []*guestRow
+}
+
+// rowInputs is everything a row shows that can change.
+type rowInputs struct {
+	vmid          int
+	node, pool    string
+	vmUID, vmiUID types.UID
+	vmRV, vmiRV   string
+	usage         kube.Usage
+	hasUsage      bool
+	// lock is the snapshot or rollback lock held from the call on,
+	// before KubeVirt marks the VM.
+	lock string
+}
+
+// guestRow is one VM's rows, encoded once each on first use.
+type guestRow struct {
+	in    rowInputs
+	g     kube.Guest
+	f     guestFacts // uptime left 0: it is written per answer
+	ns    string     // the VM's namespace, kept here for filtering
+	acl   string     // the VM's ACL path, /vms/<vmid>
+	since time.Time  // running since; zero when uptime is 0
+
+	// resourceNoPool is the resource row for callers who may not see the
+	// VM's pool (PVE leaves the pool out for them).
+	resource, resourceNoPool, status, current atomic.Pointer[encodedRow]
+}
+
+// encodedRow is a row's JSON with the uptime value cut out.
+type encodedRow struct{ head, tail []byte }
+
+// rowsKey names a row cache among the cluster's memos: handlers that share
+// a cluster but differ in what they call the default pool keep their own.
+type rowsKey struct{ defaultPool, defaultNamespace string }
+
+// vmRows is the row cache for the handler's cluster and pool settings.
+func (h *APIHandler) vmRows(c *kube.Cluster) *guestRows {
+	k := rowsKey{h.DefaultPool, h.defaultNamespace()}
+	return c.Memo(k, func() any { return &guestRows{poolOf: h.guestPool} }).(*guestRows)
+}
+
+func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
+	in := rowInputs{vmid: g.VMID, node: g.Node, pool: r.poolOf(c, g), vmUID: g.VM.UID, vmRV: g.VM.ResourceVersion}
+	if g.VMI != nil {
+		in.vmiUID, in.vmiRV = g.VMI.UID, g.VMI.ResourceVersion
+	}
+	in.usage, in.hasUsage = usageOfGuest(c, g)
+	in.lock = snapshotLock(c, g)
+	return in
+}
+
+// row returns g's row, built anew only when its inputs changed.
+func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
+	in := r.inputs(c, g)
+	key := g.VM.UID
+	if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
+		return v.(*guestRow)
+	}
+	row := buildRow(g, in)
+	r.byKey.Store(key, row)
+	if r.built.Add(1)%4096 == 0 {
+		r.prune(c)
+	}
+	return row
+}
+
+func buildRow(g kube.Guest, in rowInputs) *guestRow {
+	row := &guestRow{in: in, g: g, ns: g.Namespace(), acl: "/vms/" + strconv.Itoa(g.VMID)}
+	row.f = factsWith(g, in.usage, in.hasUsage, in.lock, time.Time{})
+	if row.f.state.Running() {
+		row.since, _ = translate.RunningSince(g.VMI)
+	}
+	return row
+}
+
+// rows returns the rows of every served VM in vmid order, as current as
+// c's caches: rebuilt when a VM, an instance, a node or a usage reading
+// changed since the last call (including this process's own writes), and
+// even then re-encoding only the rows whose inputs changed.
+func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
+	gv, mv := c.GuestsVersion(), c.MetricsVersion()
+	if l := r.list.Load(); l != nil && l.c == c && l.guests == gv && l.metrics == mv {
+		return l.rows
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// The versions are read before the guests: a change while building
+	// leaves the list behind them, and the next call builds again.
+	gv, mv = c.GuestsVersion(), c.MetricsVersion()
+	if l := r.list.Load(); l != nil && l.c == c && l.guests == gv && l.metrics == mv {
+		return l.rows
+	}
+	guests := c.Guests()
+	l := &rowList{c: c, guests: gv, metrics: mv, rows: make([]*guestRow, len(guests))}
+	seen := make(map[types.UID]bool, len(guests))
+	for i, g := range guests {
+		key := g.VM.UID
+		seen[key] = true
+		in := r.inputs(c, g)
+		if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
+			l.rows[i] = v.(*guestRow)
+			continue
+		}
+		l.rows[i] = buildRow(g, in)
+		r.byKey.Store(key, l.rows[i])
+	}
+	r.byKey.Range(func(k, _ any) bool {
+		if !seen[k.(types.UID)] {
+			r.byKey.Delete(k)
+		}
+		return true
+	})
+	r.list.Store(l)
+	return l.rows
+}
+
+// prune drops the rows of VMs no longer cached.
+func (r *guestRows) prune(c *kube.Cluster) {
+	r.byKey.Range(func(k, v any) bool {
+		g := v.(*guestRow).g
+		if g2, err := c.Guest(g.VMID); err != nil || g2.VM.UID != g.VM.UID {
+			r.byKey.Delete(k)
+		}
+		return true
+	})
+}
+
+// encode marshals a row whose uptime is 0 and cuts the value out. A JSON
+// string cannot hold the bytes "uptime":0 (its quotes are escaped), so the
+// first match is the key.
+func encode(v any) *encodedRow {
+	buf, err := json.Marshal(v)
+	if err != nil {
+		panic("encoding a VM row: " + err.Error()) // rows are plain structs
+	}
+	const key = `"uptime":`
+	i := bytes.Index(buf, []byte(key+"0"))
+	return &encodedRow{head: buf[:i+len(key)], tail: buf[i+len(key)+1:]}
+}
+
+func (row *guestRow) encoded(slot *atomic.Pointer[encodedRow], build func() any) *encodedRow {
+	if e := slot.Load(); e != nil {
+		return e
+	}
+	e := encode(build())
+	slot.Store(e)
+	return e
+}
+
+// appendResource appends the /cluster/resources row.
+func (row *guestRow) appendResource(b []byte, now time.Time, showPool bool) []byte {
+	if !showPool && row.in.pool != "" {
+		e := row.encoded(&row.resourceNoPool, func() any { return vmResource(row.g, row.f, "") })
+		return row.appendAt(b, e, now)
+	}
+	e := row.encoded(&row.resource, func() any { return vmResource(row.g, row.f, row.in.pool) })
+	return row.appendAt(b, e, now)
+}
+
+// appendStatus appends the /nodes/{n}/qemu row.
+func (row *guestRow) appendStatus(b []byte, now time.Time) []byte {
+	e := row.encoded(&row.status, func() any { return vmStatus(row.g, row.f) })
+	return row.appendAt(b, e, now)
+}
+
+// appendCurrent appends the status/current answer (and full=1 rows).
+func (row *guestRow) appendCurrent(b []byte, now time.Time) []byte {
+	e := row.encoded(&row.current, func() any { return vmCurrent(row.g, row.f) })
+	return row.appendAt(b, e, now)
+}
+
+func (row *guestRow) appendAt(b []byte, e *encodedRow, now time.Time) []byte {
+	b = append(b, e.head...)
+	var up int64
+	if !row.since.IsZero() {
+		up = translate.UptimeSince(row.since, now)
+	}
+	b = strconv.AppendInt(b, up, 10)
+	return append(b, e.tail...)
+}
+
+// rowSizeHint is about the length of one encoded VM row.
+const rowSizeHint = 320
+
+// encodedBody is a whole answer, {"data":...}, assembled from encoded
+// rows; writeData sends it as it is. Its buffer is reused by later answers
+// once sent.
+type encodedBody struct{ b []byte }
+
+var bodyPool = sync.Pool{New: func() any { return &encodedBody{} }}
+
+// newBody starts an answer; sizeHint is the expected length.
+func newBody(sizeHint int) *encodedBody {
+	e := bodyPool.Get().(*encodedBody)
+	if cap(e.b) < sizeHint {
+		e.b = make([]byte, 0, sizeHint)
+	}
+	e.b = append(e.b[:0], `{"data":`...)
+	return e
+}
+
+// bytes ends the answer and returns it.
+func (e *encodedBody) bytes() []byte { return append(e.b, '}') }
+
+// release returns the buffer for reuse; e must not be used after. Very
+// large buffers are left to the garbage collector when they would
+// otherwise pin much more than the next answers need.
+func (e *encodedBody) release() {
+	if cap(e.b) > 64<<20 {
+		return
+	}
+	bodyPool.Put(e)
+}
+
+// appendJSON appends v marshalled, for the few rows that are not cached
+// (nodes, storages).
+func (e *encodedBody) appendJSON(v any) {
+	buf, err := json.Marshal(v)
+	if err != nil {
+		panic("encoding a row: " + err.Error()) // rows are plain values
+	}
+	e.b = append(e.b, buf...)
+}
+
+// visibleRows keeps the rows the caller may audit, as visibleGuests does.
+func (h *APIHandler) visibleRows(q *request, rows []*guestRow) []*guestRow {
+	if h.auth.noAuth || h.perms.allAdmin {
+		return rows
+	}
+	out := make([]*guestRow, 0, len(rows))
+	// Under impersonation the answer depends on the namespace only: one
+	// review per namespace and request, not one per VM.
+	byNS := map[string]bool{}
+	for _, row := range rows {
+		ns := row.ns
+		ok, known := byNS[ns]
+		if !h.perms.impersonate || !known {
+			ok = h.sees(q, row.acl, ns, row.in.pool, "VM.Audit")
+			byNS[ns] = ok
+		}
+		if ok {
+			out = append(out, row)
+		}
+	}
+	return out
+}
