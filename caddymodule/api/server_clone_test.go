@@ -172,6 +172,11 @@ func TestCloneIntoAnotherPoolNeedsCloneAuthorization(t *testing.T) {
 	id := newMigrateVM(t, a, node, "clone-pool-src", "ceph-rbd")
 	var upid, newID string
 	a.OK("GET", "/cluster/nextid", nil, &newID)
+	t.Cleanup(func() {
+		for _, vmid := range []string{newID, id} {
+			a.Do("DELETE", "/nodes/"+node+"/qemu/"+vmid, url.Values{"purge": {"1"}})
+		}
+	})
 	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/clone", url.Values{"newid": {newID}, "full": {"1"}, "pool": {"lab"}}, &upid)
 	if exit := a.WaitTask(upid); !strings.HasPrefix(exit, "volume provisioning failed: not authorized to create DataVolume: User system:serviceaccount:lab:default has insufficient permissions in clone source namespace default") {
 		t.Fatalf("clone into pool lab: %s", exit)

@@ -464,15 +464,15 @@ func cases() []bcase {
 		}},
 		{"migrate-online-iso", []step{
 			// The read-only CD-ROM's claim counts as well.
-			downloadISO("local-lvm", "bmig.iso"),
-			create("7115", "name", "b-mig-iso", "memory", "512", "scsi0", "ceph-rbd:2", "ide2", "local-lvm:iso/bmig.iso,media=cdrom",
+			downloadISO("local", "bmig.iso"),
+			create("7115", "name", "b-mig-iso", "memory", "512", "scsi0", "ceph-rbd:2", "ide2", "local:iso/bmig.iso,media=cdrom",
 				"net0", "virtio,bridge=vmbr0"),
 			power("start", "7115"),
 			status("running", "7115", "running"),
 			migrateRefused("7115", "online", "1"),
 			status("running after", "7115", "running"),
 			destroy("7115"),
-			deleteISO("local-lvm", "bmig.iso"),
+			deleteISO("local", "bmig.iso"),
 		}},
 	}
 }
