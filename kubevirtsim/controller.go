@@ -70,9 +70,9 @@ type Options struct {
 	// and clone.kubevirt.io CRDs (their informers would never sync).
 	DisableSnapshots bool
 	// NetworkAttachmentDefinition tells whether the Multus network
-	// namespace/name exists. Nil: none does (the simulated cluster serves
-	// no NetworkAttachmentDefinitions), so VMIs on Multus networks stay
-	// Pending as KubeVirt leaves them.
+	// namespace/name exists; a VMI on one that does not stays Pending
+	// with virt-controller's FailedCreate, as KubeVirt leaves it. Nil:
+	// every Multus network exists.
 	NetworkAttachmentDefinition func(namespace, name string) bool
 }
 

@@ -910,7 +910,7 @@ func (c *Controller) renderError(vmi *virtv1.VirtualMachineInstance) (reason, ms
 		if before, after, ok := strings.Cut(name, "/"); ok {
 			ns, name = before, after
 		}
-		if c.opts.NetworkAttachmentDefinition == nil || !c.opts.NetworkAttachmentDefinition(ns, name) {
+		if c.opts.NetworkAttachmentDefinition != nil && !c.opts.NetworkAttachmentDefinition(ns, name) {
 			return reasonFailedCreate, fmt.Sprintf("failed to render launch manifest: failed to locate network attachment definition %s/%s", ns, name)
 		}
 	}
