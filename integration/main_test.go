@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"kubevirt.io/client-go/containerizeddataimporter"
@@ -67,6 +68,8 @@ func TestMain(m *testing.M) {
 				StartDelay: 300 * time.Millisecond, StopDelay: 200 * time.Millisecond,
 				CDI: cdi, DataVolumeDelay: 300 * time.Millisecond, SnapshotDelay: 200 * time.Millisecond,
 				AgentDelay: 500 * time.Millisecond,
+				// Which storage can snapshot: the seeded VolumeSnapshotClasses.
+				Dynamic: dynamic.NewForConfigOrDie(controllerConfig),
 			}).Run(ctx)
 		},
 		NewVirtHandler: func(e *testenv.Env) http.Handler {

@@ -213,7 +213,7 @@ func TestSnapshotGateOff(t *testing.T) {
 	id := nextID(a)
 	path := "/nodes/" + node + "/qemu/" + id
 	var upid string
-	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "gate", "scsi0", "local-path:1"), &upid)
+	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "gate", "scsi0", "ceph-block:1"), &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("create: %s", exit)
 	}
@@ -307,7 +307,7 @@ func TestLockedWhileSnapshotting(t *testing.T) {
 	id := nextID(a)
 	path := "/nodes/" + node + "/qemu/" + id
 	var upid string
-	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "locks", "scsi0", "local-path:1"), &upid)
+	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "locks", "scsi0", "ceph-block:1"), &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("create: %s", exit)
 	}

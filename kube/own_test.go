@@ -29,6 +29,8 @@ var ownUsers = map[string]string{
 	"Cluster.DropFile":              "removing a transfer the plugin made and that failed",
 	"Cluster.WaitFileGone":          "a file being replaced: the apiserver's view, whoever may read it",
 	"Cluster.uploadProxy":           "finding CDI's upload proxy and its CA, once (the token is the caller's)",
+	"Cluster.filesystemOverhead":    "CDI's cluster configuration (CDIConfig), which callers are not given; the claim is written as the caller",
+	"Cluster.FeatureGate":           "KubeVirt's cluster configuration (the KubeVirt CR), which callers are not given",
 	"Cluster.VolumeNameTaken":       "a claim the caller cannot read still takes the name",
 	"Cluster.DeletePool":            "the namespace read for the guarded delete, as documented",
 	"Cluster.CreatePoolRecord":      "pool records: the plugin's (the caller's Pool.Allocate is reviewed first)",

@@ -24,7 +24,7 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	objs := kubevirtsim.Seed()
+	objs := append(kubevirtsim.Seed(), kubevirtsim.SeedCDIConfig(), kubevirtsim.SeedKubeVirt())
 	if extraVMs > 0 {
 		var nodes []string
 		for _, o := range objs {
@@ -54,7 +54,9 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 		// A guest with agent=1 answers virt-handler's first poll once it
 		// has booted.
 		AgentDelay: 2 * time.Second,
-		Logger:     opts.Logger.Named("simulator"),
+		// ceph-rbd can snapshot, local-lvm cannot.
+		Dynamic: kubevirtsim.NewFakeDynamic(kubevirtsim.SeedSnapshotClasses()...),
+		Logger:  opts.Logger.Named("simulator"),
 	})
 	go func() { _ = ctrl.Run(simCtx) }()
 	go forgetActions(simCtx, kc, kv, cdi)

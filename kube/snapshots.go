@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -47,6 +48,79 @@ func snapshotWriteErr(err error) error {
 		return fmt.Errorf("%w (%s)", ErrSnapshotsOff, d.Reason)
 	}
 	return err
+}
+
+// ErrSnapshotUnavailable is PVE's refusal of a snapshot when a disk's
+// storage cannot take one (PVE::AbstractConfig::__snapshot_prepare). On
+// KubeVirt that is a disk whose StorageClass has no VolumeSnapshotClass:
+// KubeVirt's snapshot would succeed without that disk's data
+// (status.snapshotVolumes.excludedVolumes), and a rollback to it would
+// leave the disk as it is.
+//
+//lint:ignore ST1005 PVE's own words, which clients show and match.
+var ErrSnapshotUnavailable = errors.New("snapshot feature is not available")
+
+// ErrRollbackImpossible is PVE's refusal of a rollback to a snapshot that
+// lacks a disk's data (PVE::Storage::volume_rollback_is_possible: "can't
+// rollback, snapshot '<snap>' does not exist on '<volume>'").
+//
+//lint:ignore ST1005 PVE's own words, which clients show and match.
+var ErrRollbackImpossible = errors.New("can't rollback")
+
+// noSnapshotClassReason starts KubeVirt's reason in
+// status.volumeSnapshotStatuses for a volume whose StorageClass has no
+// VolumeSnapshotClass (pkg/storage/snapshot getVolumeSnapshotStatus).
+// Other reasons there are passing states (a claim not yet created) or
+// volumes that hold no disk data.
+const noSnapshotClassReason = "No VolumeSnapshotClass"
+
+// snapshotBlocker refuses a snapshot of vm that KubeVirt would take
+// without the data of one of its disks, by KubeVirt's own verdict per
+// volume (VM status.volumeSnapshotStatuses). CD-ROMs are not asked about,
+// as qemu-server's has_feature skips them.
+func snapshotBlocker(vm *kubevirtv1.VirtualMachine) error {
+	statuses := map[string]kubevirtv1.VolumeSnapshotStatus{}
+	for _, st := range vm.Status.VolumeSnapshotStatuses {
+		statuses[st.Name] = st
+	}
+	var why []string
+	for _, d := range translate.SnapshotDisks(vm) {
+		if st, ok := statuses[d.Volume]; ok && !st.Enabled && strings.HasPrefix(st.Reason, noSnapshotClassReason) {
+			why = append(why, fmt.Sprintf("disk %s (%s): %s", d.Volume, d.Claim, st.Reason))
+		}
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrSnapshotUnavailable, strings.Join(why, "; "))
+}
+
+// excludedDisks are vm's disks whose data snapshot s does not hold
+// (status.snapshotVolumes.excludedVolumes).
+func excludedDisks(vm *kubevirtv1.VirtualMachine, s *snapshotv1.VirtualMachineSnapshot) []translate.SnapshotDisk {
+	if s.Status == nil || s.Status.SnapshotVolumes == nil || len(s.Status.SnapshotVolumes.ExcludedVolumes) == 0 {
+		return nil
+	}
+	var out []translate.SnapshotDisk
+	for _, d := range translate.SnapshotDisks(vm) {
+		if slices.Contains(s.Status.SnapshotVolumes.ExcludedVolumes, d.Volume) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// rollbackBlocker refuses a rollback of vm to a snapshot that lacks one of
+// its disks' data (one KubeVirt took, e.g. through kubectl, on storage
+// without a VolumeSnapshotClass): KubeVirt would restore the rest and
+// leave that disk as it is.
+func rollbackBlocker(vm *kubevirtv1.VirtualMachine, s *snapshotv1.VirtualMachineSnapshot, snapname string) error {
+	ex := excludedDisks(vm, s)
+	if len(ex) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w, snapshot '%s' does not exist on '%s' (KubeVirt took it without the data of disk %s: its storage has no VolumeSnapshotClass)",
+		ErrRollbackImpossible, snapname, ex[0].Claim, ex[0].Volume)
 }
 
 const snapshotSourceIndex = "source"
@@ -136,6 +210,9 @@ func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, descrip
 	if c.snapshots == nil {
 		return nil, ErrNoSnapshotAPI
 	}
+	if err := snapshotBlocker(g.VM); err != nil {
+		return nil, err
+	}
 	group := "kubevirt.io"
 	s := &snapshotv1.VirtualMachineSnapshot{
 		ObjectMeta: metav1.ObjectMeta{
@@ -171,8 +248,12 @@ func (c *Cluster) SetSnapshotDescription(ctx context.Context, s *snapshotv1.Virt
 	return err
 }
 
-// RestoreSnapshot rolls g back to s with a VirtualMachineRestore.
-func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.VirtualMachineSnapshot) (*snapshotv1.VirtualMachineRestore, error) {
+// RestoreSnapshot rolls g back to s (PVE's snapname) with a
+// VirtualMachineRestore, unless s lacks the data of one of g's disks.
+func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.VirtualMachineSnapshot, snapname string) (*snapshotv1.VirtualMachineRestore, error) {
+	if err := rollbackBlocker(g.VM, s, snapname); err != nil {
+		return nil, err
+	}
 	group := "kubevirt.io"
 	r := &snapshotv1.VirtualMachineRestore{
 		ObjectMeta: metav1.ObjectMeta{
@@ -281,7 +362,19 @@ func (c *Cluster) snapshotState(ns, name string) (exists, ready bool, failure st
 		}
 		return true, false, msg
 	}
-	return true, s.Status.ReadyToUse != nil && *s.Status.ReadyToUse, ""
+	ready = s.Status.ReadyToUse != nil && *s.Status.ReadyToUse
+	if vo := c.vms.get(ns, s.Spec.Source.Name); ready && vo != nil {
+		// KubeVirt took it without a disk's data: the VM's status did
+		// not say so yet when the snapshot was asked for.
+		vm := vo.(*kubevirtv1.VirtualMachine)
+		if s.Status.SourceUID == nil || *s.Status.SourceUID == vm.UID {
+			if ex := excludedDisks(vm, s); len(ex) > 0 {
+				return true, false, fmt.Sprintf("%s: KubeVirt took the snapshot without the data of disk %s (%s): its storage has no VolumeSnapshotClass",
+					ErrSnapshotUnavailable, ex[0].Volume, ex[0].Claim)
+			}
+		}
+	}
+	return true, ready, ""
 }
 
 // restoreState tells whether a restore completed.

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -65,6 +66,14 @@ type Options struct {
 	// VMs report their volumes as not snapshot-capable in
 	// status.volumeSnapshotStatuses.
 	SnapshotUnsupported bool
+	// Dynamic, when set, reads the VolumeSnapshotClasses
+	// (snapshot.storage.k8s.io/v1), as KubeVirt's snapshot controller
+	// does: a volume whose StorageClass's provisioner has none is not
+	// snapshot-capable (status.volumeSnapshotStatuses says "No
+	// VolumeSnapshotClass"), and a VirtualMachineSnapshot succeeds without
+	// it (status.snapshotVolumes.excludedVolumes, no volume backup), so a
+	// restore leaves it as it is. Nil: every StorageClass has one.
+	Dynamic dynamic.Interface
 	// DisableSnapshots turns off the VirtualMachineSnapshot, -Restore and
 	// -Clone controllers, for API servers without the snapshot.kubevirt.io
 	// and clone.kubevirt.io CRDs (their informers would never sync).
@@ -133,6 +142,7 @@ type Controller struct {
 	seen     firstSight           // first sight of a VMI (StartDelay base)
 	stopping firstSight           // first sight of a VMI's deletion (StopDelay base)
 	assumed  map[types.UID]string // node placements not yet seen in the cache
+	snapCaps snapshotCapabilities // which StorageClasses can snapshot (Options.Dynamic)
 }
 
 // NewController creates a controller. Nothing runs until Run is called.

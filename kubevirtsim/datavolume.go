@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -776,8 +779,46 @@ func (d *dataVolumes) claimSpec(ctx context.Context, dv *cdiv1.DataVolume, src *
 			spec.VolumeMode = &mode
 		}
 	}
+	if dv.Spec.Storage != nil && *spec.VolumeMode == corev1.PersistentVolumeFilesystem {
+		// CDI sizes a spec.storage claim for the disk image plus the
+		// filesystem holding it (renderPvcSpecVolumeSize).
+		spec.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(
+			requiredSpace(d.filesystemOverhead(ctx, spec.StorageClassName), size.Value()), resource.BinarySI)
+	}
 	spec.VolumeName = "pvc-" + uuid.NewString()
 	return spec, nil
+}
+
+// cdiConfigName is the name of CDI's one CDIConfig.
+const cdiConfigName = "config"
+
+// filesystemOverhead is CDIConfig status.filesystemOverhead's for the
+// StorageClass, else its global one; none without a CDIConfig, as CDI
+// (GetFilesystemOverheadForStorageClass).
+func (d *dataVolumes) filesystemOverhead(ctx context.Context, class *string) float64 {
+	cfg, err := d.c.opts.CDI.CdiV1beta1().CDIConfigs().Get(ctx, cdiConfigName, metav1.GetOptions{})
+	if err != nil || cfg.Status.FilesystemOverhead == nil {
+		return 0
+	}
+	p := cfg.Status.FilesystemOverhead.Global
+	if class != nil {
+		if v, ok := cfg.Status.FilesystemOverhead.StorageClass[*class]; ok {
+			p = v
+		}
+	}
+	f, err := strconv.ParseFloat(string(p), 64)
+	if err != nil {
+		return 0
+	}
+	return f
+}
+
+// requiredSpace is CDI's GetRequiredSpace: the image aligned to 1 MiB,
+// plus the overhead, rounded up.
+func requiredSpace(overhead float64, bytes int64) int64 {
+	const align = 1 << 20
+	aligned := (bytes + align - 1) / align * align
+	return int64(math.Ceil(float64(aligned) * (1 + overhead)))
 }
 
 // defaultStorageClass returns KubeVirt's default virt StorageClass, else the

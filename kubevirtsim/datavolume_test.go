@@ -404,6 +404,27 @@ func TestDisableSnapshots(t *testing.T) {
 	}
 }
 
+// TestFilesystemClaimsHaveCDIOverhead: with CDIConfig's filesystem
+// overhead, a Filesystem-mode spec.storage DataVolume gets a claim for
+// the disk image plus the overhead, aligned as CDI's GetRequiredSpace
+// does; a Block one (TopoLVM's StorageProfile mode) gets the disk itself.
+func TestFilesystemClaimsHaveCDIOverhead(t *testing.T) {
+	e := newCDIEnv(t, SeedCDIConfig()).run(Options{})
+	fs := blankDVT("web-fs", "4Gi", ptr("local-lvm"))
+	fs.Spec.Storage.VolumeMode = ptr(corev1.PersistentVolumeFilesystem)
+	vm := withDataVolume(testVM("web", virtv1.RunStrategyHalted), "fs", fs)
+	e.createVM(withDataVolume(vm, "block", blankDVT("web-block", "4Gi", ptr("local-lvm"))))
+	e.waitDVPhase("web-fs", cdiv1.Succeeded)
+	e.waitDVPhase("web-block", cdiv1.Succeeded)
+	if got := e.getPVC("web-fs").Spec.Resources.Requests.Storage().Value(); got != 4552665334 {
+		t.Errorf("Filesystem claim requests %d, want 4 GiB plus 6%%", got)
+	}
+	b := e.getPVC("web-block")
+	if got := b.Spec.Resources.Requests.Storage().Value(); got != 4<<30 || *b.Spec.VolumeMode != corev1.PersistentVolumeBlock {
+		t.Errorf("Block claim requests %d (%s), want 4 GiB", got, *b.Spec.VolumeMode)
+	}
+}
+
 // CDI clones a claim only while no pod writes to it (CloneSourceInUse):
 // the clone stays CloneScheduled while a running guest uses the source,
 // and proceeds once it stopped.

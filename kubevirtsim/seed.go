@@ -2,15 +2,21 @@ package kubevirtsim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	virtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 // Seed returns a small lab for simulate mode: three Ready nodes, the
@@ -314,4 +320,56 @@ func preferNode(node string) *corev1.Affinity {
 			}}},
 		}},
 	}}
+}
+
+// SeedSnapshotClasses are the VolumeSnapshotClasses of the simulated
+// lab: ceph's (RBD snapshots), the default for its driver. local-lvm has
+// none: topolvm's thick volumes cannot snapshot, so KubeVirt takes
+// snapshots of its disks without their data, and the Proxmox API refuses
+// them ("snapshot feature is not available"). Each call returns fresh
+// objects.
+func SeedSnapshotClasses() []*unstructured.Unstructured {
+	return []*unstructured.Unstructured{{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+		"metadata": map[string]any{"name": "ceph-rbd",
+			"annotations": map[string]any{"snapshot.storage.kubernetes.io/is-default-class": "true"}},
+		"driver": "rbd.csi.ceph.com", "deletionPolicy": "Delete",
+	}}}
+}
+
+// NewFakeDynamic returns an in-memory dynamic client holding the
+// VolumeSnapshotClasses given, for Options.Dynamic over NewFakeClients.
+func NewFakeDynamic(classes ...*unstructured.Unstructured) dynamic.Interface {
+	objs := make([]runtime.Object, 0, len(classes))
+	for _, c := range classes {
+		objs = append(objs, c.DeepCopy())
+	}
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{volumeSnapshotClassGVR: "VolumeSnapshotClassList"}, objs...)
+}
+
+// SeedCDIConfig is the simulated lab's CDIConfig as CDI's config
+// controller leaves it: the default 6% filesystem overhead, by which CDI
+// inflates the claims of Filesystem-mode spec.storage DataVolumes.
+func SeedCDIConfig() *cdiv1.CDIConfig {
+	return &cdiv1.CDIConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: cdiConfigName},
+		Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{
+			Global:       "0.06",
+			StorageClass: map[string]cdiv1.Percent{"local-lvm": "0.06", "ceph-rbd": "0.06"},
+		}},
+	}
+}
+
+// SeedKubeVirt is the simulated lab's KubeVirt CR: deployed, with the
+// Snapshot feature gate on (the lab shows snapshots) and ExpandDisks off,
+// as KubeVirt v1.8 leaves it.
+func SeedKubeVirt() *virtv1.KubeVirt {
+	return &virtv1.KubeVirt{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: "kubevirt"},
+		Spec: virtv1.KubeVirtSpec{Configuration: virtv1.KubeVirtConfiguration{
+			DeveloperConfiguration: &virtv1.DeveloperConfiguration{FeatureGates: slices.Clone(labGates)},
+		}},
+		Status: virtv1.KubeVirtStatus{Phase: virtv1.KubeVirtPhaseDeployed},
+	}
 }

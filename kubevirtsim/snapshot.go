@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	clonev1 "kubevirt.io/api/clone/v1beta1"
@@ -287,7 +289,7 @@ func (s *snapshots) snapshotVolumes(vm *virtv1.VirtualMachine) *snapshotv1.Snaps
 	l := &snapshotv1.SnapshotVolumesLists{}
 	for _, v := range vm.Spec.Template.Spec.Volumes {
 		claim := claimOf(v)
-		if claim != "" && getCached[*corev1.PersistentVolumeClaim](s.c.ext.pvcInformer, vm.Namespace, claim) != nil {
+		if claim != "" && getCached[*corev1.PersistentVolumeClaim](s.c.ext.pvcInformer, vm.Namespace, claim) != nil && s.c.claimSnapshottable(vm, claim) {
 			l.IncludedVolumes = append(l.IncludedVolumes, v.Name)
 		} else {
 			l.ExcludedVolumes = append(l.ExcludedVolumes, v.Name)
@@ -384,7 +386,8 @@ func (s *snapshots) ensureContent(ctx context.Context, snap *snapshotv1.VirtualM
 	return updated, nil
 }
 
-// volumeBackups records the PVC of every PVC/DataVolume volume.
+// volumeBackups records the PVC of every PVC/DataVolume volume whose
+// StorageClass can snapshot.
 func (s *snapshots) volumeBackups(snap *snapshotv1.VirtualMachineSnapshot, vm *virtv1.VirtualMachine) []snapshotv1.VolumeBackup {
 	if vm.Spec.Template == nil {
 		return nil
@@ -396,7 +399,9 @@ func (s *snapshots) volumeBackups(snap *snapshotv1.VirtualMachineSnapshot, vm *v
 			continue
 		}
 		pvc := getCached[*corev1.PersistentVolumeClaim](s.c.ext.pvcInformer, vm.Namespace, claim)
-		if pvc == nil {
+		if pvc == nil || !s.c.claimSnapshottable(vm, claim) {
+			// KubeVirt skips a claim whose StorageClass has no
+			// VolumeSnapshotClass (createContent, getSnapshotPVC).
 			continue
 		}
 		out = append(out, snapshotv1.VolumeBackup{
@@ -620,7 +625,7 @@ func (c *Controller) volumeSnapshotStatuses(vm *virtv1.VirtualMachine) []virtv1.
 		case claim == "":
 			st.Enabled = false
 			st.Reason = fmt.Sprintf("Snapshot is not supported for this volumeSource type [%s]", v.Name)
-		case c.opts.SnapshotUnsupported:
+		case !c.claimSnapshottable(vm, claim):
 			st.Enabled = false
 			st.Reason = noSnapshotClassReason(c.storageClassOf(vm, claim), v.Name)
 		}
@@ -675,4 +680,76 @@ func (c *Controller) cloneOwnerGone(ctx context.Context, obj metav1.Object) (boo
 // dataVolumeSourcePVC is a clone source for a DataVolume template.
 func dataVolumeSourcePVC(ns, name string) *cdiv1.DataVolumeSource {
 	return &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: name}}
+}
+
+// snapshotCapabilities caches which StorageClasses have a
+// VolumeSnapshotClass for their provisioner (Options.Dynamic), for a
+// short while: the VM status asks on every sync.
+type snapshotCapabilities struct {
+	mu      sync.Mutex
+	read    time.Time
+	capable map[string]bool // StorageClass name → has a VolumeSnapshotClass
+}
+
+// snapshotCapsTTL is how long a reading of the classes is used.
+const snapshotCapsTTL = 2 * time.Second
+
+// claimSnapshottable tells whether KubeVirt would snapshot a VM's claim:
+// whether a VolumeSnapshotClass's driver is its StorageClass's
+// provisioner (pkg/storage/snapshot getVolumeSnapshotClassName). A claim
+// whose class is not known yet counts as capable.
+func (c *Controller) claimSnapshottable(vm *virtv1.VirtualMachine, claim string) bool {
+	if c.opts.SnapshotUnsupported {
+		return false
+	}
+	if c.opts.Dynamic == nil {
+		return true
+	}
+	class := c.storageClassOf(vm, claim)
+	if class == "" {
+		return true
+	}
+	return c.snapCaps.capableClass(c, class)
+}
+
+func (s *snapshotCapabilities) capableClass(c *Controller, class string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.capable == nil || time.Since(s.read) > snapshotCapsTTL {
+		capable, err := c.readSnapshotCapabilities(context.Background())
+		if err != nil {
+			c.log.Warn("reading VolumeSnapshotClasses", zap.Error(err))
+			if s.capable == nil {
+				return true
+			}
+		} else {
+			s.capable, s.read = capable, time.Now()
+		}
+	}
+	return s.capable[class]
+}
+
+// readSnapshotCapabilities lists StorageClasses and VolumeSnapshotClasses.
+func (c *Controller) readSnapshotCapabilities(ctx context.Context) (map[string]bool, error) {
+	vscs, err := c.opts.Dynamic.Resource(volumeSnapshotClassGVR).List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	drivers := map[string]bool{}
+	if vscs != nil {
+		for _, v := range vscs.Items {
+			if d, _, _ := unstructured.NestedString(v.Object, "driver"); d != "" {
+				drivers[d] = true
+			}
+		}
+	}
+	scs, err := c.k8s.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, sc := range scs.Items {
+		out[sc.Name] = drivers[sc.Provisioner]
+	}
+	return out, nil
 }

@@ -177,3 +177,35 @@ func TestDeletingSnapshotDeletesItsContent(t *testing.T) {
 		t.Errorf("retained content: %+v", c)
 	}
 }
+
+// TestSnapshotWithoutSnapshotClass: with the VolumeSnapshotClasses read
+// (Options.Dynamic), a volume whose StorageClass's provisioner has none
+// is reported as KubeVirt reports it, and a snapshot succeeds without its
+// data (excludedVolumes, no volume backup), as KubeVirt's does; volumes of
+// a class that has one are backed up.
+func TestSnapshotWithoutSnapshotClass(t *testing.T) {
+	e := newCDIEnv(t, testPVC("web-data", "local-lvm", "1Gi"), testPVC("web-fast", "ceph-rbd", "1Gi")).
+		run(Options{Dynamic: NewFakeDynamic(SeedSnapshotClasses()...)})
+	e.createVM(withPVC(diskVM("web", virtv1.RunStrategyHalted), "fast", "web-fast"))
+	e.waitStopped("web")
+	vm := e.waitVM("web", "volumeSnapshotStatuses", func(vm *virtv1.VirtualMachine) bool {
+		return len(vm.Status.VolumeSnapshotStatuses) == 3
+	})
+	want := []virtv1.VolumeSnapshotStatus{
+		{Name: "root", Enabled: false, Reason: "Snapshot is not supported for this volumeSource type [root]"},
+		{Name: "data", Enabled: false, Reason: "No VolumeSnapshotClass: Volume snapshots are not configured for this StorageClass [local-lvm] [data]"},
+		{Name: "fast", Enabled: true},
+	}
+	if !equality.Semantic.DeepEqual(vm.Status.VolumeSnapshotStatuses, want) {
+		t.Errorf("volumeSnapshotStatuses = %+v", vm.Status.VolumeSnapshotStatuses)
+	}
+	e.createSnapshot("s", "web")
+	snap := e.waitSnapshot("s", snapshotv1.Succeeded)
+	if v := snap.Status.SnapshotVolumes; v == nil || !slices.Equal(v.IncludedVolumes, []string{"fast"}) || !slices.Equal(v.ExcludedVolumes, []string{"root", "data"}) {
+		t.Errorf("snapshotVolumes = %+v", snap.Status.SnapshotVolumes)
+	}
+	content := e.getContent(*snap.Status.VirtualMachineSnapshotContentName)
+	if len(content.Spec.VolumeBackups) != 1 || content.Spec.VolumeBackups[0].VolumeName != "fast" {
+		t.Errorf("volume backups = %+v", content.Spec.VolumeBackups)
+	}
+}

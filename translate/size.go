@@ -144,3 +144,21 @@ func FormatSize(bytes int64) string {
 	}
 	return strconv.FormatInt(gb/1024, 10) + "T"
 }
+
+// claimAlign is the alignment CDI gives a disk image before adding the
+// filesystem overhead (pkg/util DefaultAlignBlockSize).
+const claimAlign = 1 << 20
+
+// ClaimRequest is the storage request CDI gives the claim of a
+// spec.storage DataVolume of diskBytes (the size the guest sees): on a
+// Filesystem-mode claim the image is aligned to 1 MiB and inflated by the
+// filesystem overhead (a fraction, CDIConfig status.filesystemOverhead),
+// rounded up (pkg/util GetRequiredSpace); a Block-mode claim is the
+// disk itself.
+func ClaimRequest(diskBytes int64, overhead float64, filesystem bool) int64 {
+	if !filesystem {
+		return diskBytes
+	}
+	aligned := (diskBytes + claimAlign - 1) / claimAlign * claimAlign
+	return int64(math.Ceil(float64(aligned) * (1 + overhead)))
+}

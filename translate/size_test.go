@@ -175,3 +175,23 @@ func FuzzParseResize(f *testing.F) {
 		}
 	})
 }
+
+func TestClaimRequest(t *testing.T) {
+	for _, c := range []struct {
+		disk     int64
+		overhead float64
+		fs       bool
+		want     int64
+	}{
+		{32 << 30, 0.06, true, 36421322671}, // CDI's 32 GiB claim: ~33.92 GiB
+		{4 << 30, 0.06, true, 4552665334},
+		{4 << 30, 0, true, 4 << 30},
+		{(4 << 30) + 1, 0, true, (4 << 30) + (1 << 20)}, // aligned to 1 MiB first
+		{32 << 30, 0.06, false, 32 << 30},               // Block: no overhead
+		{5 << 30, 0.1, true, 5905580032},
+	} {
+		if got := ClaimRequest(c.disk, c.overhead, c.fs); got != c.want {
+			t.Errorf("ClaimRequest(%d, %v, %v) = %d, want %d", c.disk, c.overhead, c.fs, got, c.want)
+		}
+	}
+}

@@ -412,9 +412,14 @@ func (p *drivePlan) importDisk(d *drive, imp string) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("import-from: volume '%s' does not exist", imp)
 		}
-		if ci.ImageBytes > 0 {
+		switch t, own := p.templates[src[1]]; {
+		case ci.ImageBytes > 0:
 			bytes = max(bytes, ci.ImageBytes)
-		} else {
+		case own && DataVolumeSize(t) > 0:
+			// One of the VM's disks (move_disk): its size, not its
+			// claim's, which CDI gave room for the filesystem.
+			bytes = max(bytes, DataVolumeSize(t))
+		default:
 			bytes = max(bytes, ci.Bytes)
 		}
 	}

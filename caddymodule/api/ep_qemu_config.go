@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -448,15 +447,47 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	c := q.c
 	line := fmt.Sprintf("resize disk %s of VM %d from %s to %s", disk, g.VMID, translate.FormatSize(cur), translate.FormatSize(newSize))
-	return h.begin(q, g, guestTask{typ: translate.TaskResize, goal: kube.GoalNone, log: line, act: func(ctx context.Context) error {
-		err := c.ResizePVC(ctx, g.Namespace(), claim, newSize)
-		if kube.IsNotFound(err) {
-			return nil // not provisioned yet: the DataVolume is created at the new size
-		}
-		return err
-	}})
+	spec := h.taskSpec(q, g, translate.TaskResize, kube.GoalNone, 0, line)
+	growth, err := q.c.GrowClaim(q.ctx(), g.Namespace(), claim, newSize)
+	switch {
+	case kube.IsNotFound(err):
+		// Not provisioned yet: the DataVolume creates it at the new size.
+	case err != nil:
+		spec.Err = kubeTaskError(err)
+	default:
+		spec.Log = append(spec.Log, growthLog(claim, growth)...)
+		spec.Log = append(spec.Log, expandDisksLog(q, disk)...)
+	}
+	return h.beginSpec(q, spec)
+}
+
+// growthLog says what the claim asked for a disk's new size.
+func growthLog(claim string, g kube.ClaimGrowth) []string {
+	var line string
+	switch {
+	case g.Filesystem && g.Grown():
+		line = fmt.Sprintf("claim '%s' requests %s (the disk image plus CDI's filesystem overhead of %g%%)", claim, translate.FormatSize(g.Request), g.Overhead*100)
+	case g.Grown():
+		line = fmt.Sprintf("claim '%s' requests %s", claim, translate.FormatSize(g.Request))
+	default:
+		line = fmt.Sprintf("claim '%s' already holds %s, room for the new size: left as it is", claim, translate.FormatSize(g.Current))
+	}
+	return []string{line}
+}
+
+// expandDisksLog warns that the guest will not see the disk grow unless
+// KubeVirt's ExpandDisks feature gate is on: without it virt-launcher
+// never grows a disk image or tells the guest of a grown block device.
+func expandDisksLog(q *request, disk string) []string {
+	on, err := q.c.FeatureGate(q.ctx(), kube.GateExpandDisks)
+	switch {
+	case err != nil:
+		return []string{fmt.Sprintf("WARN: the guest sees disk %s grow only if KubeVirt's %s feature gate is on (the KubeVirt CR is not readable: %v)", disk, kube.GateExpandDisks, err)}
+	case !on:
+		return []string{fmt.Sprintf("WARN: KubeVirt's %s feature gate is off: the guest keeps seeing disk %s at its old size (enable it in the KubeVirt CR: spec.configuration.developerConfiguration.featureGates)", kube.GateExpandDisks, disk)}
+	}
+	return nil
 }
 
 // postQemuTemplate turns a stopped VM into a template: labelled, Halted,

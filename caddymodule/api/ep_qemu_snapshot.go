@@ -24,7 +24,7 @@ func snapshotError(err error) *apiError {
 	switch {
 	case errors.Is(err, kube.ErrNoSnapshotAPI):
 		return newError(http.StatusNotImplemented, "%v", err)
-	case errors.Is(err, kube.ErrSnapshotsOff):
+	case errors.Is(err, kube.ErrSnapshotsOff), errors.Is(err, kube.ErrSnapshotUnavailable), errors.Is(err, kube.ErrRollbackImpossible):
 		// PVE's refusal when the storage cannot snapshot: a 500.
 		return newError(http.StatusInternalServerError, "%v", err)
 	}
@@ -160,7 +160,7 @@ func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
-	r, err := q.c.RestoreSnapshot(q.ctx(), g, s.Obj)
+	r, err := q.c.RestoreSnapshot(q.ctx(), g, s.Obj, s.Name)
 	if err != nil {
 		return nil, snapshotError(err)
 	}

@@ -15,7 +15,7 @@ func TestCloneAndSnapshots(t *testing.T) {
 	var src, upid string
 	a.OK("GET", "/cluster/nextid", nil, &src)
 	a.OK("POST", "/nodes/"+node+"/qemu", url.Values{"vmid": {src}, "name": {"golden"}, "net0": {"virtio,bridge=vmbr0"},
-		"scsi0": {"local-lvm:8"}, "ide2": {"local-lvm:cloudinit"}, "ciuser": {"ops"}}, &upid)
+		"scsi0": {"ceph-rbd:8"}, "ide2": {"local-lvm:cloudinit"}, "ciuser": {"ops"}}, &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("create: %s", exit)
 	}
@@ -34,7 +34,7 @@ func TestCloneAndSnapshots(t *testing.T) {
 	var cfg, srcCfg map[string]any
 	a.OK("GET", "/nodes/kv-node-2-lab-internal/qemu/"+dst+"/config", nil, &cfg)
 	a.OK("GET", "/nodes/"+node+"/qemu/"+src+"/config", nil, &srcCfg)
-	if cfg["name"] != "web-from-golden" || cfg["template"] != nil || cfg["scsi0"] != "local-lvm:vm-"+dst+"-disk-0,size=8G" || cfg["net0"] == srcCfg["net0"] {
+	if cfg["name"] != "web-from-golden" || cfg["template"] != nil || cfg["scsi0"] != "ceph-rbd:vm-"+dst+"-disk-0,size=8G" || cfg["net0"] == srcCfg["net0"] {
 		t.Fatalf("clone config %v (source %v)", cfg, srcCfg)
 	}
 	if ans := a.Do("POST", "/nodes/"+node+"/qemu/"+src+"/clone", url.Values{"newid": {dst}}); ans.Code != 500 || !strings.Contains(ans.Message, "already exists") {

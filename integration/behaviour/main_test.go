@@ -33,7 +33,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"kubevirt.io/client-go/kubevirt"
@@ -118,11 +117,5 @@ func seedLikeSimulation(ctx context.Context, e *testenv.Env) error {
 			}
 		}
 	}
-	snapClass := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata": map[string]any{"name": "ceph-rbd",
-			"annotations": map[string]any{"snapshot.storage.kubernetes.io/is-default-class": "true"}},
-		"driver": "rbd.csi.ceph.com", "deletionPolicy": "Delete",
-	}}
-	return testenv.SeedStorage(ctx, e.DirectKube, e.Dynamic, drivers, []*unstructured.Unstructured{snapClass})
+	return testenv.SeedStorage(ctx, e.DirectKube, e.Dynamic, drivers, kubevirtsim.SeedSnapshotClasses())
 }
