@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,7 +109,8 @@ func TestGoProxmoxWithLogin(t *testing.T) {
 }
 
 // TestGoProxmoxAgentAndClone: NewVirtualMachine → Task.Wait → Start →
-// AgentGetNetworkIFaces → Clone → Delete, the sequence go-proxmox users run.
+// AgentGetNetworkIFaces → Stop → Clone → Delete, the sequence go-proxmox
+// users run (a running VM cannot be cloned on KubeVirt).
 func TestGoProxmoxAgentAndClone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -157,6 +159,15 @@ func TestGoProxmoxAgentAndClone(t *testing.T) {
 	if err != nil || len(ifaces) == 0 || len(ifaces[0].IPAddresses) == 0 {
 		t.Fatalf("AgentGetNetworkIFaces: %v %+v", err, ifaces)
 	}
+	// CDI copies a claim only while no running guest uses it: the clone
+	// of the running VM is refused, saying so; stopped, it clones.
+	if _, _, err := v.Clone(ctx, &proxmox.VirtualMachineCloneOptions{Name: "gopx-agent-clone", Full: proxmox.IntOrBool(true)}); err == nil ||
+		!strings.Contains(err.Error(), "while it is running") {
+		t.Fatalf("Clone of the running VM: %v", err)
+	}
+	if task, err = v.Stop(ctx); err != nil || task.Wait(ctx, 200*time.Millisecond, time.Minute) != nil {
+		t.Fatalf("stop: %v", err)
+	}
 	newID, task, err := v.Clone(ctx, &proxmox.VirtualMachineCloneOptions{Name: "gopx-agent-clone", Full: proxmox.IntOrBool(true)})
 	if err != nil {
 		t.Fatalf("Clone: %v", err)
@@ -167,9 +178,6 @@ func TestGoProxmoxAgentAndClone(t *testing.T) {
 	clone, err := node.VirtualMachine(ctx, newID)
 	if err != nil || clone.Name != "gopx-agent-clone" {
 		t.Fatalf("clone: %v %+v", err, clone)
-	}
-	if task, err = v.Stop(ctx); err != nil || task.Wait(ctx, 200*time.Millisecond, time.Minute) != nil {
-		t.Fatalf("stop: %v", err)
 	}
 	for _, d := range []*proxmox.VirtualMachine{clone, v} {
 		task, err := d.Delete(ctx, nil)

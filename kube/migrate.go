@@ -3,11 +3,13 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -230,6 +232,11 @@ func (ts *Tasks) evaluateMigrated(t *Task, vm *kubevirtv1.VirtualMachine, vmi *k
 	if !done || vmi == nil || vmi.Status.Phase != kubevirtv1.Running || vmi.Status.NodeName != target.KubeName {
 		return false, "", nil
 	}
+	if vm.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusMigrating {
+		// The VM controller has not seen the end yet: the VM still shows
+		// the migrate lock, which PVE drops when its task ends.
+		return false, "", nil
+	}
 	g := c.guest(0, vm, c.nodeTable())
 	if g.Node != t.target {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -254,4 +261,47 @@ func migrationFinished(t *Task, now time.Time) []string {
 func taskDuration(d time.Duration) string {
 	s := int64(d / time.Second)
 	return fmt.Sprintf("%02d:%02d:%02d", s/3600, s/60%60, s%60)
+}
+
+// UnsharedClaim is a claim of a guest's volume that KubeVirt cannot
+// live-migrate: it is not ReadWriteMany (Modes, as the claim asks), or
+// the cache does not have it (Missing).
+type UnsharedClaim struct {
+	Volume, Claim string
+	Modes         []corev1.PersistentVolumeAccessMode
+	Missing       bool
+}
+
+// UnsharedClaims lists the claims of g's volumes that keep KubeVirt from
+// live-migrating it: virt-handler marks an instance LiveMigratable=False
+// (DisksNotLiveMigratable) when any PersistentVolumeClaim or DataVolume
+// volume, the read-only CD-ROM's included, is not ReadWriteMany
+// (pkg/virt-handler/vm.go checkVolumesForMigration), and virt-api then
+// refuses the migration. Volumes are the template's: the cache keeps no
+// instance volumes, and the running instance has the template's claims
+// (hot-plugged ones included).
+func (c *Cluster) UnsharedClaims(g Guest) []UnsharedClaim {
+	if g.VM.Spec.Template == nil {
+		return nil
+	}
+	var out []UnsharedClaim
+	for _, v := range g.VM.Spec.Template.Spec.Volumes {
+		claim := ""
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			claim = v.PersistentVolumeClaim.ClaimName
+		case v.DataVolume != nil:
+			claim = v.DataVolume.Name
+		default:
+			continue
+		}
+		pvc := c.CachedPVC(g.Namespace(), claim)
+		switch {
+		case pvc == nil:
+			out = append(out, UnsharedClaim{Volume: v.Name, Claim: claim, Missing: true})
+		case !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteMany):
+			out = append(out, UnsharedClaim{Volume: v.Name, Claim: claim, Modes: pvc.Spec.AccessModes})
+		}
+	}
+	return out
 }

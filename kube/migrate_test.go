@@ -1,10 +1,12 @@
 package kube
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -71,7 +73,19 @@ func TestSetHomeNodeMovesAnnotationAndPins(t *testing.T) {
 }
 
 func TestLiveMigrationTask(t *testing.T) {
-	e := newEnv(t, envOptions{controller: true})
+	// debian-12's disk on shared storage: KubeVirt live-migrates only
+	// guests whose claims are all ReadWriteMany.
+	e := newEnv(t, envOptions{controller: true, beforeController: func(kube kubernetes.Interface, _ kubevirt.Interface) {
+		pvcs := kube.CoreV1().PersistentVolumeClaims("default")
+		pvc, err := pvcs.Get(context.Background(), "vm-100-disk-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pvc.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+		if _, err := pvcs.Update(context.Background(), pvc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}})
 	c := e.cluster(Options{}, true)
 	g := waitRunning(t, c, 100) // debian-12, home kv-node-1, runs there
 	if g.Node != seedNode1 || g.VMI.Status.NodeName != "kv-node-1.lab.internal" {

@@ -47,6 +47,10 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 		DataVolumeDelay: 2 * time.Second,
 		SnapshotDelay:   time.Second,
 		MigrationDelay:  time.Second,
+		// The simulated cluster serves no NetworkAttachmentDefinitions: a
+		// bridge other than vmbr0 does not exist, as on a cluster without
+		// that Multus network.
+		NetworkAttachmentDefinition: func(string, string) bool { return false },
 		// A guest with agent=1 answers virt-handler's first poll once it
 		// has booted.
 		AgentDelay: 2 * time.Second,

@@ -629,9 +629,18 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
 		}
 		switch vm.Status.PrintableStatus {
-		case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding, "":
 		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
+		}
+		if msg := reason(vm); strings.Contains(msg, "not authorized to create DataVolume") {
+			msg = msg[strings.Index(msg, "not authorized to create DataVolume"):]
+			// KubeVirt retries forever: the clone's DataVolumes are not made
+			// until someone grants the right.
+			return true, "volume provisioning failed: " + msg +
+				" (KubeVirt clones from another namespace as the VM's ServiceAccount, default: it needs create on datavolumes/source there)", nil
+		}
+		switch vm.Status.PrintableStatus {
+		case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding, "":
 		default:
 			// KubeVirt may report Stopped before it has looked at the
 			// volumes.
@@ -721,6 +730,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vmi != nil && vmi.Status.Phase == kubevirtv1.Failed {
 			return true, "start failed: the VM instance failed" + reason(vm), nil
 		}
+		if t.goal != GoalPaused {
+			if why := startBlocked(vm, vmi, now.Sub(t.started)); why != "" {
+				return true, "start failed: " + why, nil
+			}
+		}
 		paused := vmi != nil && translate.VMIPaused(vmi)
 		switch {
 		case t.goal == GoalRunning && running:
@@ -764,6 +778,52 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		return true, fmt.Sprintf("timeout waiting for the VM to be %s (KubeVirt status: %s)", t.goal, state), nil
 	}
 	return false, "", nil
+}
+
+// volumeBindingGrace is how long a start waits for KubeVirt's
+// WaitingForVolumeBinding to end: claims of WaitForFirstConsumer storage
+// bind once the virt-launcher pod is scheduled, within seconds; claims
+// still unbound after this wait on storage that is not coming.
+const volumeBindingGrace = 2 * time.Minute
+
+// startBlocked tells why KubeVirt will not start vm's instance without
+// someone changing the cluster (a claim or network that does not exist,
+// an image that cannot be pulled, a guest that keeps crashing, claims
+// that do not bind), in KubeVirt's words, or "" while the start may
+// still succeed. virt-controller reports these as the instance's
+// Synchronized=False condition (pkg/virt-controller/watch/vmi
+// lifecycle.go) and the VM's printableStatus (vm.go setPrintableStatus),
+// and retries them forever.
+func startBlocked(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, waited time.Duration) string {
+	if vmi != nil && !vmi.IsRunning() && !vmi.IsFinal() {
+		for _, c := range vmi.Status.Conditions {
+			if c.Type != kubevirtv1.VirtualMachineInstanceSynchronized || c.Status != corev1.ConditionFalse {
+				continue
+			}
+			switch {
+			case c.Reason == "FailedCreate" && strings.Contains(c.Message, "failed to locate network attachment definition "):
+				// A Multus network is a PVE bridge (net<n>: bridge=<name>).
+				nad := c.Message[strings.LastIndex(c.Message, " ")+1:]
+				return fmt.Sprintf("bridge '%s' does not exist (KubeVirt: %s)", nad[strings.LastIndex(nad, "/")+1:], c.Message)
+			case c.Reason == "FailedCreate" && strings.Contains(c.Message, "failed to render launch manifest"),
+				c.Reason == "FailedPvcNotFound", c.Reason == "ErrImagePull", c.Reason == "ImagePullBackOff":
+				return fmt.Sprintf("%s (KubeVirt: %s)", c.Message, c.Reason)
+			}
+		}
+	}
+	switch st := vm.Status.PrintableStatus; {
+	case st == kubevirtv1.VirtualMachineStatusCrashLoopBackOff:
+		why := "the VM instance keeps failing"
+		if f := vm.Status.StartFailure; f != nil {
+			why = fmt.Sprintf("the VM instance failed %d times in a row", f.ConsecutiveFailCount)
+		}
+		return fmt.Sprintf("%s (KubeVirt status: %s)%s", why, st, reason(vm))
+	case st == kubevirtv1.VirtualMachineStatusPvcNotFound, st == kubevirtv1.VirtualMachineStatusErrImagePull, st == kubevirtv1.VirtualMachineStatusImagePullBackOff:
+		return fmt.Sprintf("KubeVirt status: %s%s", st, reason(vm))
+	case st == kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding && waited > volumeBindingGrace:
+		return fmt.Sprintf("the VM's volumes are not bound after %s (KubeVirt status: %s)%s", volumeBindingGrace, st, reason(vm))
+	}
+	return ""
 }
 
 // fail ends the running task upid with exit, as its worker would.

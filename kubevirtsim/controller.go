@@ -69,6 +69,11 @@ type Options struct {
 	// -Clone controllers, for API servers without the snapshot.kubevirt.io
 	// and clone.kubevirt.io CRDs (their informers would never sync).
 	DisableSnapshots bool
+	// NetworkAttachmentDefinition tells whether the Multus network
+	// namespace/name exists; a VMI on one that does not stays Pending
+	// with virt-controller's FailedCreate, as KubeVirt leaves it. Nil:
+	// every Multus network exists.
+	NetworkAttachmentDefinition func(namespace, name string) bool
 }
 
 // workers is the number of concurrent reconcilers. Keys are VM/VMI names, so

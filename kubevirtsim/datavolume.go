@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -233,6 +234,9 @@ func (d *dataVolumes) ready(ctx context.Context, vm *virtv1.VirtualMachine) (boo
 		dv := getCached[*cdiv1.DataVolume](d.c.ext.dvInformer, vm.Namespace, t.Name)
 		if dv == nil {
 			ready = false
+			if err := d.authorize(ctx, vm, t); err != nil {
+				return false, fmt.Errorf("Error encountered while creating DataVolumes: %w", err)
+			}
 			if err := d.createFromTemplate(ctx, vm, t); err != nil {
 				return false, err
 			}
@@ -248,6 +252,38 @@ func (d *dataVolumes) ready(ctx context.Context, vm *virtv1.VirtualMachine) (boo
 		}
 	}
 	return ready, nil
+}
+
+// authorize is KubeVirt's authorizeDataVolume (handleCloneDataVolume): a
+// DataVolume template cloning a claim of another namespace needs the VM's
+// ServiceAccount (default, unless a serviceAccount volume names one) to
+// be allowed to clone from there (CDI's CanServiceAccountClonePVC: create
+// on datavolumes/source, or on pods, in the source namespace), asked
+// with SubjectAccessReviews; a denial is the VM's Failure condition.
+func (d *dataVolumes) authorize(ctx context.Context, vm *virtv1.VirtualMachine, t *virtv1.DataVolumeTemplateSpec) error {
+	src := t.Spec.Source
+	if src == nil || src.PVC == nil || src.PVC.Namespace == "" || src.PVC.Namespace == vm.Namespace {
+		return nil
+	}
+	sa := "default"
+	if vm.Spec.Template != nil {
+		for _, v := range vm.Spec.Template.Spec.Volumes {
+			if v.ServiceAccount != nil {
+				sa = v.ServiceAccount.ServiceAccountName
+			}
+		}
+	}
+	createSar := func(sar *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
+		return d.c.k8s.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	}
+	allowed, reason, err := cdiv1.CanServiceAccountClonePVC(createSar, src.PVC.Namespace, src.PVC.Name, vm.Namespace, sa)
+	if err != nil {
+		return err
+	}
+	if !allowed {
+		return fmt.Errorf("not authorized to create DataVolume: %s", reason)
+	}
+	return nil
 }
 
 // printableStatus reports Provisioning while a DataVolume the VM uses is not
@@ -631,11 +667,22 @@ func (d *dataVolumes) resolveSource(ctx context.Context, dv *cdiv1.DataVolume, n
 		return dvImport, nil, 0, nil
 	}
 	src := getCached[*corev1.PersistentVolumeClaim](d.c.ext.pvcInformer, ref.Namespace, ref.Name)
+	target := getCached[*corev1.PersistentVolumeClaim](d.c.ext.pvcInformer, dv.Namespace, dv.Name)
+	if src != nil && src.DeletionTimestamp == nil && target == nil {
+		if user := d.sourceUser(src); user != "" {
+			// CDI clones a claim only while no pod writes to it
+			// (IsSourceClaimReady, isSourceReadyToClone: event
+			// CloneSourceInUse, requeued every 5 seconds).
+			dv.Status.Phase = cdiv1.CloneScheduled
+			setDVCondition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", "", now)
+			return dvClone, nil, 5 * time.Second, nil
+		}
+	}
 	if src != nil && src.DeletionTimestamp == nil {
 		return dvClone, src, 0, nil
 	}
 	// No target PVC yet: wait for the source (PVC events requeue us).
-	if getCached[*corev1.PersistentVolumeClaim](d.c.ext.pvcInformer, dv.Namespace, dv.Name) == nil {
+	if target == nil {
 		dv.Status.Phase = cdiv1.CloneScheduled
 		msg := fmt.Sprintf("The source pvc %s/%s doesn't exist", ref.Namespace, ref.Name)
 		setDVCondition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, reasonCloneWithoutSource, msg, now)
@@ -645,6 +692,38 @@ func (d *dataVolumes) resolveSource(ctx context.Context, dv *cdiv1.DataVolume, n
 	}
 	// The clone already started; the source going away does not matter.
 	return dvClone, &corev1.PersistentVolumeClaim{}, 0, nil
+}
+
+// sourceUser names the VMI whose running (not final) guest uses claim
+// src read-write, or "".
+func (d *dataVolumes) sourceUser(src *corev1.PersistentVolumeClaim) string {
+	objs, _ := d.c.vmiInformer.GetIndexer().ByIndex(indexClaim, src.Namespace+"/"+src.Name)
+	for _, o := range objs {
+		vmi, ok := o.(*virtv1.VirtualMachineInstance)
+		if !ok || vmi.IsFinal() || readOnlyUse(vmi, src.Name) {
+			continue
+		}
+		return vmi.Name
+	}
+	return ""
+}
+
+// readOnlyUse tells whether vmi uses claim only through read-only disks
+// (CD-ROMs), which CDI does not count as a use (GetPodsUsingPVCs).
+func readOnlyUse(vmi *virtv1.VirtualMachineInstance, claim string) bool {
+	disks := map[string]virtv1.Disk{}
+	for _, d := range vmi.Spec.Domain.Devices.Disks {
+		disks[d.Name] = d
+	}
+	for _, v := range vmi.Spec.Volumes {
+		if claimOf(v) != claim {
+			continue
+		}
+		if d, ok := disks[v.Name]; !ok || d.CDRom == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // claimSpec derives the PVC spec CDI would create for the DataVolume.
@@ -688,12 +767,14 @@ func (d *dataVolumes) claimSpec(ctx context.Context, dv *cdiv1.DataVolume, src *
 			spec.StorageClassName = &sc
 		}
 	}
-	if len(spec.AccessModes) == 0 {
-		spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
-	}
-	if spec.VolumeMode == nil || *spec.VolumeMode == cdiv1.PersistentVolumeFromStorageProfile {
-		fs := corev1.PersistentVolumeFilesystem
-		spec.VolumeMode = &fs
+	if len(spec.AccessModes) == 0 || spec.VolumeMode == nil || *spec.VolumeMode == cdiv1.PersistentVolumeFromStorageProfile {
+		access, mode := claimProperties(d.provisioner(ctx, spec.StorageClassName), spec.VolumeMode)
+		if len(spec.AccessModes) == 0 {
+			spec.AccessModes = []corev1.PersistentVolumeAccessMode{access}
+		}
+		if spec.VolumeMode == nil || *spec.VolumeMode == cdiv1.PersistentVolumeFromStorageProfile {
+			spec.VolumeMode = &mode
+		}
 	}
 	spec.VolumeName = "pvc-" + uuid.NewString()
 	return spec, nil
@@ -977,4 +1058,41 @@ func storageFromClaim(spec *corev1.PersistentVolumeClaimSpec) *cdiv1.StorageSpec
 		s.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: q.DeepCopy()}
 	}
 	return s
+}
+
+// cdiFilesystemOverhead is CDI's default global filesystem overhead
+// (pkg/common DefaultGlobalOverhead), the share of a Filesystem-mode
+// claim its disk image may not use.
+const cdiFilesystemOverhead = "0.06"
+
+// storageCapabilities are the claim property sets CDI's StorageProfiles
+// get for the provisioners of the simulated cluster's storage classes and
+// a few common ones (pkg/storagecapabilities, first set first).
+var storageCapabilities = map[string][]struct {
+	access corev1.PersistentVolumeAccessMode
+	mode   corev1.PersistentVolumeMode
+}{
+	"rbd.csi.ceph.com":           {{corev1.ReadWriteMany, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem}},
+	"rook-ceph.rbd.csi.ceph.com": {{corev1.ReadWriteMany, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem}},
+	"topolvm.io":                 {{corev1.ReadWriteOnce, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem}},
+	"topolvm.cybozu.com":         {{corev1.ReadWriteOnce, corev1.PersistentVolumeBlock}, {corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem}},
+	"nfs.csi.k8s.io":             {{corev1.ReadWriteMany, corev1.PersistentVolumeFilesystem}},
+}
+
+// claimProperties is what CDI renders for a DataVolume's storage without
+// access or volume mode (renderPvcSpecVolumeModeAndAccessModesAndStorageClass):
+// the StorageProfile's first property set, or the first with the volume
+// mode asked for. Provisioners CDI does not know leave the DataVolume
+// Pending there (ErrClaimNotValid); the simulation gives them
+// ReadWriteOnce and Filesystem instead.
+func claimProperties(provisioner string, want *corev1.PersistentVolumeMode) (corev1.PersistentVolumeAccessMode, corev1.PersistentVolumeMode) {
+	for _, p := range storageCapabilities[provisioner] {
+		if want == nil || *want == cdiv1.PersistentVolumeFromStorageProfile || *want == p.mode {
+			return p.access, p.mode
+		}
+	}
+	if want != nil && *want != cdiv1.PersistentVolumeFromStorageProfile {
+		return corev1.ReadWriteOnce, *want
+	}
+	return corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem
 }

@@ -65,7 +65,8 @@ func TestDataVolumeTemplatesProvisionBeforeStart(t *testing.T) {
 	size := resource.MustParse("10Gi")
 	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "local-lvm" ||
 		pvc.Spec.Resources.Requests.Storage().Cmp(size) != 0 || pvc.Status.Capacity.Storage().Cmp(size) != 0 ||
-		*pvc.Spec.VolumeMode != corev1.PersistentVolumeFilesystem || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce ||
+		// CDI's StorageProfile for topolvm: ReadWriteOnce, Block first.
+		*pvc.Spec.VolumeMode != corev1.PersistentVolumeBlock || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce ||
 		pvc.Annotations[annProvisioner] != "topolvm.io" || pvc.Spec.VolumeName == "" {
 		t.Errorf("PVC = %+v", pvc)
 	}
@@ -401,4 +402,34 @@ func TestDisableSnapshots(t *testing.T) {
 			}
 		}
 	}
+}
+
+// CDI clones a claim only while no pod writes to it (CloneSourceInUse):
+// the clone stays CloneScheduled while a running guest uses the source,
+// and proceeds once it stopped.
+func TestDataVolumeCloneWaitsWhileTheSourceRuns(t *testing.T) {
+	vm := withPVC(testVM("src", virtv1.RunStrategyAlways), "scsi0", "golden")
+	vm.Spec.Template.Spec.Domain.Devices.Disks = []virtv1.Disk{{Name: "scsi0", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusSCSI}}}}
+	e := newCDIEnv(t, testPVC("golden", "ceph-rbd", "7Gi"), vm).run(Options{})
+	e.waitRunning("src")
+	dv := &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: testNS},
+		Spec: cdiv1.DataVolumeSpec{
+			Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: testNS, Name: "golden"}},
+			Storage: &cdiv1.StorageSpec{},
+		},
+	}
+	if _, err := e.cdi.CdiV1beta1().DataVolumes(testNS).Create(e.ctx, dv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDVPhase("copy", cdiv1.CloneScheduled)
+	// The controller has looked at it and keeps it waiting.
+	time.Sleep(300 * time.Millisecond)
+	if got := e.getDV("copy"); got.Status.Phase != cdiv1.CloneScheduled || e.getPVC("copy") != nil {
+		t.Fatalf("clone of a claim in use: %s", describeDV(got))
+	}
+	if err := e.kv.KubevirtV1().VirtualMachines(testNS).Stop(e.ctx, "src", &virtv1.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDVPhase("copy", cdiv1.Succeeded)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,6 +122,17 @@ func NewFakeClientsWithCDI(objects ...runtime.Object) (kubernetes.Interface, kub
 	k8sHub := newWatchHub(k8s.Tracker(), k8sscheme.Scheme, nil, false)
 	k8s.PrependReactor("*", "*", k8sHub.writeGate)
 	k8s.PrependWatchReactor("*", k8sHub.watch)
+	// Access reviews about others: the simulated cluster grants nothing
+	// by RBAC (KubeVirt's clone authorization asks about ServiceAccounts).
+	k8s.PrependReactor("create", "subjectaccessreviews", func(action testing.Action) (bool, runtime.Object, error) {
+		sar, ok := action.(testing.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		if !ok {
+			return false, nil, nil
+		}
+		out := sar.DeepCopy()
+		out.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: false}
+		return true, out, nil
+	})
 
 	// Reactors run while the fake holds its lock, so the subresource
 	// handlers work on a second clientset that shares the object tracker

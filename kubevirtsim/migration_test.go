@@ -3,9 +3,11 @@ package kubevirtsim
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -183,4 +185,104 @@ func TestDeletedMigrationIsAborted(t *testing.T) {
 		t.Fatalf("aborted migration moved the guest: %s", describeVMI(vmi))
 	}
 	e.waitPrintable("mig", virtv1.VirtualMachineStatusRunning)
+}
+
+// KubeVirt live-migrates only guests whose claims are all ReadWriteMany,
+// the read-only CD-ROM's included (virt-handler's
+// checkVolumesForMigration): the others are LiveMigratable=False and their
+// migrations fail.
+func TestMigrationNeedsSharedClaims(t *testing.T) {
+	rwx := func(p *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+		p.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+		block := corev1.PersistentVolumeBlock
+		p.Spec.VolumeMode = &block
+		return p
+	}
+	withDisk := func(vm *virtv1.VirtualMachine, volume, claim string, cdrom bool) *virtv1.VirtualMachine {
+		d := virtv1.Disk{Name: volume, DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusSCSI}}}
+		if cdrom {
+			d.DiskDevice = virtv1.DiskDevice{CDRom: &virtv1.CDRomTarget{Bus: virtv1.DiskBusSATA}}
+		}
+		vm.Spec.Template.Spec.Domain.Devices.Disks = append(vm.Spec.Template.Spec.Domain.Devices.Disks, d)
+		return withPVC(vm, volume, claim)
+	}
+	local := withDisk(testVM("local", virtv1.RunStrategyAlways), "scsi0", "local-disk", false)
+	shared := withDisk(testVM("shared", virtv1.RunStrategyAlways), "scsi0", "shared-disk", false)
+	iso := withDisk(withDisk(testVM("iso", virtv1.RunStrategyAlways), "scsi0", "iso-vm-disk", false), "ide2", "debian-iso", true)
+	e := newCDIEnv(t, testPVC("local-disk", "local-lvm", "1Gi"), rwx(testPVC("shared-disk", "ceph-rbd", "1Gi")),
+		rwx(testPVC("iso-vm-disk", "ceph-rbd", "1Gi")), testPVC("debian-iso", "local-lvm", "1Gi"), local, shared, iso).run(Options{})
+
+	for _, c := range []struct{ vm, claim string }{{"local", "local-disk"}, {"iso", "debian-iso"}} {
+		vmi := e.waitRunning(c.vm)
+		cond := findVMICondition(vmi, virtv1.VirtualMachineInstanceIsMigratable)
+		want := "cannot migrate VMI: PVC " + c.claim + " is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"
+		if cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != virtv1.VirtualMachineInstanceReasonDisksNotMigratable || cond.Message != want {
+			t.Fatalf("%s: LiveMigratable %+v", c.vm, cond)
+		}
+		m := e.waitMigration(e.createMigration(c.vm, nil).Name)
+		if m.Status.Phase != virtv1.MigrationFailed || !strings.Contains(m.Status.MigrationState.FailureReason, want) {
+			t.Fatalf("%s: migration %s %+v", c.vm, m.Status.Phase, m.Status.MigrationState)
+		}
+	}
+	vmi := e.waitRunning("shared")
+	if cond := findVMICondition(vmi, virtv1.VirtualMachineInstanceIsMigratable); cond == nil || cond.Status != corev1.ConditionTrue {
+		t.Fatalf("shared: LiveMigratable %+v", cond)
+	}
+	var info *virtv1.PersistentVolumeClaimInfo
+	for _, st := range vmi.Status.VolumeStatus {
+		if st.Name == "scsi0" {
+			info = st.PersistentVolumeClaimInfo
+		}
+	}
+	if info == nil || info.ClaimName != "shared-disk" || len(info.AccessModes) != 1 || info.AccessModes[0] != corev1.ReadWriteMany ||
+		info.VolumeMode == nil || *info.VolumeMode != corev1.PersistentVolumeBlock || info.FilesystemOverhead == nil || *info.FilesystemOverhead != "0" {
+		t.Fatalf("shared: claim info %+v", info)
+	}
+	if m := e.waitMigration(e.createMigration("shared", nil).Name); m.Status.Phase != virtv1.MigrationSucceeded {
+		t.Fatalf("shared: migration %s %+v", m.Status.Phase, m.Status.MigrationState)
+	}
+}
+
+// A VMI whose launcher pod virt-controller cannot render stays Pending
+// with its reason in Synchronized=False: a claim that does not exist
+// (the VM ErrorPvcNotFound) or a Multus network without its
+// NetworkAttachmentDefinition; it starts once that is there.
+func TestPendingWhileLauncherCannotRender(t *testing.T) {
+	claim := withPVC(testVM("claim", virtv1.RunStrategyAlways), "data", "missing")
+	bridged := testVM("bridged", virtv1.RunStrategyAlways)
+	bridged.Spec.Template.Spec.Networks = append(bridged.Spec.Template.Spec.Networks,
+		virtv1.Network{Name: "net1", NetworkSource: virtv1.NetworkSource{Multus: &virtv1.MultusNetwork{NetworkName: "vmbr1"}}})
+	nads := map[string]bool{}
+	var mu sync.Mutex
+	e := newCDIEnv(t, claim, bridged).run(Options{NetworkAttachmentDefinition: func(ns, name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return nads[ns+"/"+name]
+	}})
+	for _, c := range []struct{ vm, reason, msg string }{
+		{"claim", "FailedPvcNotFound", "PVC " + testNS + "/missing does not exist, waiting for it to appear"},
+		{"bridged", "FailedCreate", "failed to render launch manifest: failed to locate network attachment definition " + testNS + "/vmbr1"},
+	} {
+		vmi := e.waitVMI(c.vm, "sync failure", func(v *virtv1.VirtualMachineInstance) bool {
+			return findVMICondition(v, virtv1.VirtualMachineInstanceSynchronized) != nil
+		})
+		cond := findVMICondition(vmi, virtv1.VirtualMachineInstanceSynchronized)
+		if vmi.Status.Phase != virtv1.Pending || cond.Status != corev1.ConditionFalse || cond.Reason != c.reason || cond.Message != c.msg {
+			t.Fatalf("%s: %s %+v", c.vm, vmi.Status.Phase, cond)
+		}
+	}
+	e.waitPrintable("claim", virtv1.VirtualMachineStatusPvcNotFound)
+	e.waitPrintable("bridged", virtv1.VirtualMachineStatusStarting)
+
+	mu.Lock()
+	nads[testNS+"/vmbr1"] = true
+	mu.Unlock()
+	if _, err := e.k8s.CoreV1().PersistentVolumeClaims(testNS).Create(e.ctx, testPVC("missing", "local-lvm", "1Gi"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range []string{"claim", "bridged"} {
+		if vmi := e.waitRunning(vm); findVMICondition(vmi, virtv1.VirtualMachineInstanceSynchronized) != nil {
+			t.Fatalf("%s still failing: %+v", vm, vmi.Status.Conditions)
+		}
+	}
 }

@@ -136,7 +136,7 @@ func (n *Nodes) refreshDomain(vmi *virtv1.VirtualMachineInstance, wait string, n
 	n.volumeTargets(vmi)
 	agent := agentConnected(vmi, nil) && n.waited(wait+"agent", n.opts.AgentDelay) == 0
 	vmi.Status.Interfaces = n.interfaces(vmi, agent)
-	n.migrationConditions(vmi, now)
+	migrationConditions(vmi)
 	if agent {
 		if findVMICondition(vmi, virtv1.VirtualMachineInstanceAgentConnected) == nil {
 			setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceAgentConnected,
@@ -243,7 +243,7 @@ func (n *Nodes) interfaces(vmi *virtv1.VirtualMachineInstance, agent bool) []vir
 // claim, the read-only CD-ROM's included, must be ReadWriteMany; bridge
 // binding on the pod network and host devices are not migratable; other
 // node-local disks make it a block migration.
-func (n *Nodes) migrationConditions(vmi *virtv1.VirtualMachineInstance, now time.Time) {
+func migrationConditions(vmi *virtv1.VirtualMachineInstance) {
 	block, storageErr := volumesMigratable(vmi)
 	cond := virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}
 	storage := virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsStorageLiveMigratable, Status: corev1.ConditionTrue}

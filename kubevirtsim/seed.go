@@ -153,7 +153,8 @@ func Seed() []runtime.Object {
 	}
 
 	pvc := func(ns, name, sc, size, uid string) *corev1.PersistentVolumeClaim {
-		fs := corev1.PersistentVolumeFilesystem
+		// What CDI's StorageProfile of the class gives a disk.
+		access, mode := claimProperties(map[string]string{"local-lvm": "topolvm.io", "ceph-rbd": "rbd.csi.ceph.com"}[sc], nil)
 		return &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, Namespace: ns, UID: types.UID(uid), CreationTimestamp: created,
@@ -167,15 +168,15 @@ func Seed() []runtime.Object {
 				Finalizers: []string{"kubernetes.io/pvc-protection"},
 			},
 			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				AccessModes:      []corev1.PersistentVolumeAccessMode{access},
 				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
 				StorageClassName: &sc,
-				VolumeMode:       &fs,
+				VolumeMode:       &mode,
 				VolumeName:       "pvc-" + uid,
 			},
 			Status: corev1.PersistentVolumeClaimStatus{
 				Phase:       corev1.ClaimBound,
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				AccessModes: []corev1.PersistentVolumeAccessMode{access},
 				Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
 			},
 		}

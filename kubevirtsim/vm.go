@@ -424,6 +424,8 @@ func (c *Controller) printableStatus(s *vmSync) virtv1.VirtualMachinePrintableSt
 		return virtv1.VirtualMachineStatusPaused
 	case vmi != nil && vmi.IsRunning():
 		return virtv1.VirtualMachineStatusRunning
+	case vmi != nil && syncFailed(vmi, reasonFailedPvcNotFound):
+		return virtv1.VirtualMachineStatusPvcNotFound
 	}
 	for _, d := range c.dependencies {
 		if st, ok := d.printableStatus(vm, vmi); ok {
@@ -439,6 +441,13 @@ func (c *Controller) printableStatus(s *vmSync) virtv1.VirtualMachinePrintableSt
 		return virtv1.VirtualMachineStatusStopped
 	}
 	return virtv1.VirtualMachineStatusUnknown
+}
+
+// syncFailed tells whether the VMI controller's last sync of vmi failed
+// for reason (Synchronized=False).
+func syncFailed(vmi *virtv1.VirtualMachineInstance, reason string) bool {
+	c := findVMICondition(vmi, virtv1.VirtualMachineInstanceSynchronized)
+	return c != nil && c.Status == corev1.ConditionFalse && c.Reason == reason
 }
 
 func unschedulable(vmi *virtv1.VirtualMachineInstance) bool {

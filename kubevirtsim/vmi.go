@@ -78,7 +78,19 @@ func (c *Controller) syncVMI(ctx context.Context, vm *virtv1.VirtualMachine, vmi
 		return c.writeVMI(ctx, orig, vmi, time.Millisecond)
 
 	case virtv1.Pending:
-		// virt-controller creates the virt-launcher pod right away.
+		// virt-controller creates the virt-launcher pod right away, once it
+		// can render it.
+		if reason, msg := c.renderError(vmi); reason != "" {
+			syncFailure(vmi, reason, msg, now)
+			if reason == reasonFailedPvcNotFound {
+				setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: podScheduledCondition, Status: corev1.ConditionFalse,
+					Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: metav1.NewTime(now)})
+			}
+			// The VMI controller retries with backoff.
+			return c.writeVMI(ctx, orig, vmi, 5*time.Second)
+		}
+		removeVMICondition(vmi, virtv1.VirtualMachineInstanceSynchronized)
+		removeVMICondition(vmi, podScheduledCondition)
 		c.seen.since(vmi.UID, now)
 		setPhase(vmi, virtv1.Scheduling, now)
 		setVMICondition(vmi, readyCondition(corev1.ConditionFalse, virtv1.GuestNotRunningReason, messageGuestNotRunning, now))
@@ -270,20 +282,9 @@ func (c *Controller) startDomain(vmi *virtv1.VirtualMachineInstance, agent bool,
 		}
 	}
 	vmi.Status.VolumeStatus = volumeStatus(spec)
-	vmi.Status.MigrationMethod = virtv1.LiveMigration
-	if blockMigration(spec) {
-		vmi.Status.MigrationMethod = virtv1.BlockMigration
-	}
+	c.claimInfo(vmi)
 	setVMICondition(vmi, readyCondition(corev1.ConditionTrue, "", "", now))
-	if reason, msg := notMigratable(spec); reason != "" {
-		setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsMigratable,
-			Status: corev1.ConditionFalse, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now)})
-	} else {
-		setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsMigratable,
-			Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now)})
-	}
-	setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsStorageLiveMigratable,
-		Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now)})
+	migrationConditions(vmi)
 	if spec.StartStrategy != nil && *spec.StartStrategy == virtv1.StartStrategyPaused {
 		setPaused(vmi, true, now)
 	}
@@ -551,15 +552,36 @@ func volumeStatus(spec *virtv1.VirtualMachineInstanceSpec) []virtv1.VolumeStatus
 	return out
 }
 
-// blockMigration reports whether the guest has node-local disks whose
-// content would have to be copied on migration.
-func blockMigration(spec *virtv1.VirtualMachineInstanceSpec) bool {
-	for _, v := range spec.Volumes {
-		if v.ContainerDisk != nil || v.EmptyDisk != nil || v.HostDisk != nil || v.Ephemeral != nil {
-			return true
+// claimInfo is virt-controller's processPVCInfo for the volume status
+// entries of claims: what the claim asks for (access and volume modes,
+// requests) and has, and CDI's filesystem overhead, which virt-handler
+// reads to tell whether the guest can live-migrate (ReadWriteMany) and
+// how large its disk image may grow. A claim not in the cache gets no
+// information, as in KubeVirt.
+func (c *Controller) claimInfo(vmi *virtv1.VirtualMachineInstance) {
+	for i := range vmi.Status.VolumeStatus {
+		info := vmi.Status.VolumeStatus[i].PersistentVolumeClaimInfo
+		if info == nil {
+			continue
+		}
+		pvc := getCached[*corev1.PersistentVolumeClaim](c.ext.pvcInformer, vmi.Namespace, info.ClaimName)
+		if pvc == nil {
+			vmi.Status.VolumeStatus[i].PersistentVolumeClaimInfo = nil
+			continue
+		}
+		overhead := virtv1.Percent(cdiFilesystemOverhead)
+		if pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+			overhead = "0"
+		}
+		vmi.Status.VolumeStatus[i].PersistentVolumeClaimInfo = &virtv1.PersistentVolumeClaimInfo{
+			ClaimName:          pvc.Name,
+			AccessModes:        pvc.Spec.AccessModes,
+			VolumeMode:         pvc.Spec.VolumeMode,
+			Capacity:           pvc.Status.Capacity,
+			Requests:           pvc.Spec.Resources.Requests,
+			FilesystemOverhead: &overhead,
 		}
 	}
-	return false
 }
 
 // notMigratable mirrors the interface check of KubeVirt's LiveMigratable
@@ -855,3 +877,52 @@ func hashBytes(parts ...string) []byte {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Reasons of the VMI controller's Synchronized=False condition
+// (pkg/controller).
+const (
+	reasonFailedPvcNotFound = "FailedPvcNotFound"
+	reasonFailedCreate      = "FailedCreate"
+)
+
+// renderError is why virt-controller cannot create a Pending VMI's
+// virt-launcher pod yet (pkg/virt-controller/watch/vmi/lifecycle.go): a
+// claim that does not exist (handleSyncDataVolumes, FailedPvcNotFound),
+// or a Multus network without its NetworkAttachmentDefinition
+// (RenderLaunchManifest, pkg/network/multus/nad.go). "" when it can.
+func (c *Controller) renderError(vmi *virtv1.VirtualMachineInstance) (reason, msg string) {
+	if c.ext.pvcInformer != nil {
+		for _, v := range vmi.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			claim := v.PersistentVolumeClaim.ClaimName
+			if getCached[*corev1.PersistentVolumeClaim](c.ext.pvcInformer, vmi.Namespace, claim) == nil {
+				return reasonFailedPvcNotFound, fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", vmi.Namespace, claim)
+			}
+		}
+	}
+	for _, n := range vmi.Spec.Networks {
+		if n.Multus == nil {
+			continue
+		}
+		ns, name := vmi.Namespace, n.Multus.NetworkName
+		if before, after, ok := strings.Cut(name, "/"); ok {
+			ns, name = before, after
+		}
+		if c.opts.NetworkAttachmentDefinition != nil && !c.opts.NetworkAttachmentDefinition(ns, name) {
+			return reasonFailedCreate, fmt.Sprintf("failed to render launch manifest: failed to locate network attachment definition %s/%s", ns, name)
+		}
+	}
+	return "", ""
+}
+
+// syncFailure is the VMI controller's CheckFailure: Synchronized=False
+// with the sync error's reason and message.
+func syncFailure(vmi *virtv1.VirtualMachineInstance, reason, msg string, now time.Time) {
+	if cur := findVMICondition(vmi, virtv1.VirtualMachineInstanceSynchronized); cur != nil && cur.Status == corev1.ConditionFalse && cur.Reason == reason {
+		return
+	}
+	setVMICondition(vmi, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceSynchronized,
+		Status: corev1.ConditionFalse, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now)})
+}

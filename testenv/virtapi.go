@@ -165,17 +165,7 @@ func (e *Env) waitVirtAPIServing(ctx context.Context, v *virtAPI) error {
 	defer client.CloseIdleConnections()
 	url := e.VirtAPIURL + "/apis/subresources.kubevirt.io/v1/healthz"
 	return waitFor(ctx, 100*time.Millisecond, "virt-api "+url, e.procs(v.proc), func(ctx context.Context) (bool, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, err
-		}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
-		}
-		return true, nil
+		return httpOK(ctx, client, url)
 	})
 }
 

@@ -21,6 +21,8 @@ import (
 // StorageClass the claim is on, it belongs to the directory storage, never
 // to the StorageClass's own storage.
 
+var filesystemMode = corev1.PersistentVolumeFilesystem
+
 // Content types of a directory storage's files.
 const (
 	ContentISO      = "iso"
@@ -255,6 +257,10 @@ func FileDataVolume(f FileImport) *cdiv1.DataVolume {
 			Source: src,
 			Storage: &cdiv1.StorageSpec{
 				StorageClassName: &sc,
+				// A directory storage holds files: a Filesystem claim (CDI's
+				// StorageProfile may prefer Block, as for topolvm and ceph),
+				// whose disk.img keeps the image's own size.
+				VolumeMode: &filesystemMode,
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
 					corev1.ResourceStorage: *resource.NewQuantity(f.ClaimBytes, resource.BinarySI),
 				}},

@@ -125,8 +125,11 @@ func TestFileDataVolume(t *testing.T) {
 	if st == nil || st.StorageClassName == nil || *st.StorageClassName != "local-lvm" || st.Resources.Requests.Storage().Value() != 2*GiB {
 		t.Fatalf("storage %+v", st)
 	}
-	if st.AccessModes != nil || st.VolumeMode != nil {
-		t.Fatalf("access and volume mode are the storage profile's: %+v", st)
+	// Files are files: a Filesystem claim, whatever the StorageProfile
+	// prefers (Block for topolvm and ceph); its access mode is the
+	// profile's.
+	if st.AccessModes != nil || st.VolumeMode == nil || *st.VolumeMode != corev1.PersistentVolumeFilesystem {
+		t.Fatalf("access mode the storage profile's, volume mode Filesystem: %+v", st)
 	}
 	if q := st.Resources.Requests[corev1.ResourceStorage]; q.String() != "2Gi" {
 		t.Fatalf("size %s", q.String())

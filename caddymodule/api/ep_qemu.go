@@ -116,6 +116,9 @@ func (h *APIHandler) getQemuPending(q *request) (any, *apiError) {
 }
 
 // taskTimeout reads PVE's timeout= (seconds) for power tasks.
+// pveShutdownTimeout is how long PVE's shutdown waits without timeout.
+const pveShutdownTimeout = 60 * time.Second
+
 func taskTimeout(q *request, def time.Duration) (time.Duration, *apiError) {
 	t, e := q.p.integer("timeout", int64(def/time.Second), 0, 7*24*3600)
 	if e != nil {
@@ -153,6 +156,7 @@ type guestTask struct {
 	goal    kube.Goal     // the state that ends it
 	timeout time.Duration // how long reaching the goal may take (0: no limit)
 	log     string        // the first line of its log
+	more    []string      // further lines
 	// act makes the change; when it fails, the task is recorded as failed
 	// with the error, as PVE's forked worker would end. nil: nothing to do.
 	act func(ctx context.Context) error
@@ -161,6 +165,7 @@ type guestTask struct {
 // begin runs t's change on g and records the task.
 func (h *APIHandler) begin(q *request, g kube.Guest, t guestTask) (any, *apiError) {
 	spec := h.taskSpec(q, g, t.typ, t.goal, t.timeout, t.log)
+	spec.Log = append(spec.Log, t.more...)
 	if t.act != nil {
 		if err := t.act(q.ctx()); err != nil {
 			spec.Err = kubeTaskError(err)
@@ -309,7 +314,9 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		}
 		return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line, act: func(ctx context.Context) error { return c.StopVM(ctx, g, &zero) }})
 	case "shutdown":
-		to, e := taskTimeout(q, 0)
+		// PVE waits timeout seconds (60 without it) for the guest to power
+		// off (qemu-server vm_stop).
+		to, e := taskTimeout(q, pveShutdownTimeout)
 		if e != nil {
 			return nil, e
 		}
@@ -324,27 +331,33 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		// a guest that powers off by itself). A finished instance that
 		// KubeVirt has not deleted yet is stopped too: virt-api answers a
 		// stop of it with 409 "VM is not running".
-		var grace *int64
-		if to > 0 {
-			s := int64(to / time.Second)
-			grace = &s
-		}
+		// KubeVirt's stop is an ACPI shutdown with a grace period, after
+		// which virt-handler kills the guest (without one: the instance's
+		// terminationGracePeriodSeconds, else 30 seconds). The grace
+		// period is PVE's wait: with forceStop that is PVE's shutdown;
+		// without it PVE would leave a guest that ignores the request
+		// running and fail the task, which KubeVirt cannot (a stop is
+		// not taken back), and the log says so.
+		grace := int64(to / time.Second)
 		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
 			if kube.StartPending(g.VM) {
-				return h.stopAfterStart(q, g, guestTask{typ: translate.TaskShutdown, timeout: deadline, log: line}, grace)
+				return h.stopAfterStart(q, g, guestTask{typ: translate.TaskShutdown, timeout: deadline, log: line}, &grace)
 			}
 			return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line})
 		}
+		log := []string{line}
 		// A paused guest cannot react to ACPI: PVE refuses, or stops it
 		// with forceStop.
 		if g.State().QMPStatus == translate.QMPPaused {
 			if !forceStop {
 				return nil, newError(http.StatusInternalServerError, "VM is paused - cannot shutdown")
 			}
-			zero := int64(0)
-			grace = &zero
+			grace = 0
+		} else if !forceStop {
+			log = append(log, fmt.Sprintf("waiting up to %d seconds for the guest to power off; KubeVirt then stops it hard (PVE without forceStop would leave it running)", grace))
 		}
-		return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line, act: func(ctx context.Context) error { return c.StopVM(ctx, g, grace) }})
+		return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: log[0], more: log[1:],
+			act: func(ctx context.Context) error { return c.StopVM(ctx, g, &grace) }})
 	case "reboot":
 		to, e := taskTimeout(q, 5*time.Minute)
 		if e != nil {

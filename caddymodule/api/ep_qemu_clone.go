@@ -66,6 +66,12 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	if len(errs) > 0 {
 		return nil, paramError(errs)
 	}
+	if claim := clonesClaim(vm); claim != "" && g.VMI != nil && !g.VMI.IsFinal() {
+		// CDI waits until no pod uses the source claim (CloneSourceInUse):
+		// the clone would hang until the VM stops.
+		return nil, newError(http.StatusInternalServerError,
+			"can't clone VM %d while it is running: KubeVirt's CDI copies claim %s only while no running guest uses it (CloneSourceInUse) - shut the VM down first", g.VMID, claim)
+	}
 	// As in PVE, the clone is in the pool asked for, else in none.
 	h.joinPool(q.c, vm, q.p["pool"])
 	_, created, e := h.createGuest(q, newID, vm, func(clone kube.Guest, _ *kubevirtv1.VirtualMachine) *apiError {
@@ -89,4 +95,15 @@ func (h *APIHandler) copyCloudInit(q *request, src, clone kube.Guest) *apiError 
 		password = string(s.Data["cipassword"])
 	}
 	return h.applyCloudInit(q, clone.VMID, clone.VM, password, true)
+}
+
+// clonesClaim names the first source claim the clone's DataVolumes copy
+// from, or "".
+func clonesClaim(vm *kubevirtv1.VirtualMachine) string {
+	for _, t := range vm.Spec.DataVolumeTemplates {
+		if src := t.Spec.Source; src != nil && src.PVC != nil {
+			return src.PVC.Name
+		}
+	}
+	return ""
 }

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -174,14 +176,24 @@ func (h *APIHandler) postQemuMigrate(q *request) (any, *apiError) {
 		srcKube = g.VMI.Status.NodeName
 	}
 	if live && srcKube != target.KubeName {
+		var refusals []string
 		for _, d := range h.localDisks(g) {
-			// CD-ROMs and cloud-init drives are claims and Secrets any node
-			// can read; disks on node-local storage are what PVE asks about.
+			// Disks on node-local storage are what PVE asks about; CD-ROMs
+			// and cloud-init drives are not attached disks there.
 			if d.attached && !d.CDROM && !d.CloudInit && !r.withLocal {
-				spec.Log = append(spec.Log, fmt.Sprintf("ERROR: can't migrate local disk '%s': can't live migrate attached local disks without with-local-disks option", d.VolID))
-				spec.Err = fmt.Errorf("migration aborted: can't migrate VM - check log")
-				return h.beginSpec(q, spec)
+				refusals = append(refusals, fmt.Sprintf("can't migrate local disk '%s': can't live migrate attached local disks without with-local-disks option", d.VolID))
 			}
+		}
+		if len(refusals) == 0 {
+			// with-local-disks or not, KubeVirt moves no claim's data: it
+			// live-migrates only guests whose claims all are ReadWriteMany.
+			refusals = unsharedClaimRefusals(g, c.UnsharedClaims(g))
+		}
+		if len(refusals) > 0 {
+			spec.Log = append(spec.Log, refusals...)
+			spec.Log = append(spec.Log, "ERROR: migration aborted (duration 00:00:00): can't migrate VM - check log")
+			spec.Err = fmt.Errorf("migration aborted: can't migrate VM - check log")
+			return h.beginSpec(q, spec)
 		}
 		if reason, msg, ok := notLiveMigratable(g); !ok {
 			return nil, newError(http.StatusInternalServerError, "can't live-migrate VM %d: KubeVirt says %s: %s", g.VMID, reason, msg)
@@ -204,6 +216,48 @@ func (h *APIHandler) postQemuMigrate(q *request) (any, *apiError) {
 		return nil, kubeError(err)
 	}
 	return h.beginSpec(q, spec)
+}
+
+// unsharedClaimRefusals words KubeVirt's refusal to live-migrate claims
+// that are not ReadWriteMany as PVE's scan of local volumes does: one
+// line per volume, named by its PVE volume id, a CD-ROM's as PVE's
+// "local cdrom image".
+func unsharedClaimRefusals(g kube.Guest, claims []kube.UnsharedClaim) []string {
+	volids := map[string]translate.ConfigVolume{}
+	for _, v := range translate.ConfigVolumes(translate.StoredConfig(g.VM)) {
+		volids[v.DriveName] = v
+	}
+	var out []string
+	for _, u := range claims {
+		v, ok := volids[u.Volume]
+		volid := v.VolID
+		if !ok {
+			volid = u.Claim
+		}
+		why := fmt.Sprintf("claim %s is not shared (%s): KubeVirt live-migrates only guests whose claims are all ReadWriteMany", u.Claim, accessModes(u.Modes))
+		if u.Missing {
+			why = fmt.Sprintf("claim %s does not exist: KubeVirt cannot tell whether it is shared (ReadWriteMany)", u.Claim)
+		}
+		if v.CDROM {
+			why = "local cdrom image - " + why
+		}
+		out = append(out, fmt.Sprintf("can't migrate local disk '%s': %s", volid, why))
+	}
+	return out
+}
+
+// accessModes lists a claim's access modes as kubectl shows them.
+func accessModes(modes []corev1.PersistentVolumeAccessMode) string {
+	short := map[corev1.PersistentVolumeAccessMode]string{corev1.ReadWriteOnce: "RWO", corev1.ReadOnlyMany: "ROX",
+		corev1.ReadWriteMany: "RWX", corev1.ReadWriteOncePod: "RWOP"}
+	var out []string
+	for _, m := range modes {
+		out = append(out, cmp.Or(short[m], string(m)))
+	}
+	if len(out) == 0 {
+		return "no access mode"
+	}
+	return strings.Join(out, ",")
 }
 
 // notLiveMigratable reads the instance's LiveMigratable condition, which

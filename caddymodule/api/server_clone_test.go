@@ -131,3 +131,54 @@ func TestCloneWithoutDisks(t *testing.T) {
 		}
 	}
 }
+
+// CDI copies a claim only while no pod uses it (CloneSourceInUse): a
+// clone of a running VM is refused up front instead of waiting for the
+// VM to stop; stopped, it clones.
+func TestCloneOfRunningVMRefused(t *testing.T) {
+	a := shared(t)
+	node := nodeNames(t, a)[0]
+	id := newMigrateVM(t, a, node, "clone-running-src", "local-lvm")
+	var upid, newID string
+	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/start", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("start: %s", exit)
+	}
+	a.OK("GET", "/cluster/nextid", nil, &newID)
+	path := "/nodes/" + node + "/qemu/" + id + "/clone"
+	ans := a.Do("POST", path, url.Values{"newid": {newID}, "full": {"1"}})
+	if want := "can't clone VM " + id + " while it is running: KubeVirt's CDI copies claim vm-" + id + "-disk-0 only while no running guest uses it (CloneSourceInUse) - shut the VM down first\n"; ans.Code != 500 || ans.Message != want {
+		t.Fatalf("clone of a running VM: %s %q", ans.Status, ans.Message)
+	}
+	if got := a.Do("GET", "/nodes/"+node+"/qemu/"+newID+"/config", nil); got.Code != 500 {
+		t.Fatalf("the refused clone exists: %s", got.Status)
+	}
+	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/status/stop", nil, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("stop: %s", exit)
+	}
+	a.OK("POST", path, url.Values{"newid": {newID}, "full": {"1"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("clone of the stopped VM: %s", exit)
+	}
+}
+
+// KubeVirt clones from another namespace as the target namespace's
+// default ServiceAccount; without its right to clone from the source
+// namespace the clone task fails at once with KubeVirt's reason.
+func TestCloneIntoAnotherPoolNeedsCloneAuthorization(t *testing.T) {
+	a := shared(t)
+	node := nodeNames(t, a)[0]
+	id := newMigrateVM(t, a, node, "clone-pool-src", "ceph-rbd")
+	var upid, newID string
+	a.OK("GET", "/cluster/nextid", nil, &newID)
+	t.Cleanup(func() {
+		for _, vmid := range []string{newID, id} {
+			a.Do("DELETE", "/nodes/"+node+"/qemu/"+vmid, url.Values{"purge": {"1"}})
+		}
+	})
+	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/clone", url.Values{"newid": {newID}, "full": {"1"}, "pool": {"lab"}}, &upid)
+	if exit := a.WaitTask(upid); !strings.HasPrefix(exit, "volume provisioning failed: not authorized to create DataVolume: User system:serviceaccount:lab:default has insufficient permissions in clone source namespace default") {
+		t.Fatalf("clone into pool lab: %s", exit)
+	}
+}

@@ -8,18 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-proxmox/caddy-proxmox/caddymodule/api"
 	"github.com/caddy-proxmox/caddy-proxmox/internal/testcaddy"
 )
 
-// newMigrateVM creates a VM on node (a local-lvm disk when disk is set)
-// and returns its vmid.
-func newMigrateVM(t *testing.T, a *testcaddy.PVE, node, name string, disk bool) string {
+// newMigrateVM creates a VM on node with a disk of 1G on storage (and
+// more settings from kv), and returns its vmid.
+func newMigrateVM(t *testing.T, a *testcaddy.PVE, node, name, storage string, kv ...string) string {
 	t.Helper()
 	var id, upid string
 	a.OK("GET", "/cluster/nextid", nil, &id)
-	form := url.Values{"vmid": {id}, "name": {name}, "memory": {"512"}, "net0": {"virtio,bridge=vmbr0"}}
-	if disk {
-		form.Set("scsi0", "local-lvm:1")
+	form := url.Values{"vmid": {id}, "name": {name}, "memory": {"512"}, "net0": {"virtio,bridge=vmbr0"}, "scsi0": {storage + ":1"}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		form.Set(kv[i], kv[i+1])
 	}
 	a.OK("POST", "/nodes/"+node+"/qemu", form, &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {
@@ -55,7 +56,7 @@ func TestMigrateStoppedVMMovesItsNode(t *testing.T) {
 	a := shared(t)
 	nodes := nodeNames(t, a)
 	src, dst := nodes[0], nodes[2]
-	id := newMigrateVM(t, a, src, "migrate-offline", true)
+	id := newMigrateVM(t, a, src, "migrate-offline", "local-lvm")
 
 	var pre map[string]any
 	a.OK("GET", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}}, &pre)
@@ -119,7 +120,7 @@ func TestMigrateRunningVMLive(t *testing.T) {
 	a := shared(t)
 	nodes := nodeNames(t, a)
 	src := nodes[1]
-	id := newMigrateVM(t, a, src, "migrate-live", true)
+	id := newMigrateVM(t, a, src, "migrate-live", "ceph-rbd")
 	var upid string
 	a.OK("POST", "/nodes/"+src+"/qemu/"+id+"/status/start", nil, &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {
@@ -135,12 +136,6 @@ func TestMigrateRunningVMLive(t *testing.T) {
 	ans := a.Do("POST", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}})
 	if ans.Code != 500 || ans.Status != "500 can't migrate running VM without --online" {
 		t.Fatalf("without online: %s", ans.Status)
-	}
-	// PVE asks for with-local-disks before it live-migrates a local disk.
-	a.OK("POST", "/nodes/"+src+"/qemu/"+id+"/migrate", url.Values{"target": {dst}, "online": {"1"}}, &upid)
-	if exit := a.WaitTask(upid); exit != "migration aborted: can't migrate VM - check log" ||
-		!strings.Contains(taskLog(t, a, src, upid), "can't live migrate attached local disks without with-local-disks option") {
-		t.Fatalf("without with-local-disks: %q\n%s", exit, taskLog(t, a, src, upid))
 	}
 
 	// Telmate's call.
@@ -198,7 +193,7 @@ func TestMigrateRefusals(t *testing.T) {
 	a := shared(t)
 	nodes := nodeNames(t, a)
 	src := nodes[0]
-	id := newMigrateVM(t, a, src, "migrate-refused", true)
+	id := newMigrateVM(t, a, src, "migrate-refused", "local-lvm")
 	path := "/nodes/" + src + "/qemu/" + id + "/migrate"
 	for _, tc := range []struct {
 		name    string
@@ -250,4 +245,71 @@ func TestMigrateNeedsVMMigrate(t *testing.T) {
 	denied(t, a, "GET", "/nodes/"+node+"/qemu/100/migrate", nil, "Permission check failed (/vms/100, VM.Migrate)")
 	v := asIdentity(t, "vmuser@pve")
 	denied(t, v, "POST", "/nodes/"+nodeOf(t, admin, "101")+"/qemu/101/migrate", url.Values{"target": {"elsewhere"}}, "Permission check failed (/vms/101, VM.Migrate)")
+}
+
+// KubeVirt live-migrates only guests whose claims are all ReadWriteMany:
+// a disk on local storage, with-local-disks or not, and an ISO image on
+// it are refused in the task as PVE's scan of local volumes words it,
+// before KubeVirt is asked.
+func TestMigrateRefusesUnsharedClaims(t *testing.T) {
+	a := shared(t)
+	srv := mirror(t)
+	defer api.AllowLoopbackURLs()()
+	nodes := nodeNames(t, a)
+	src := nodes[2]
+	storage := "/nodes/" + src + "/storage/local"
+	var upid string
+	a.OK("POST", storage+"/download-url", url.Values{"content": {"iso"}, "filename": {"migrate.iso"}, "url": {srv.URL + "/images/tiny.iso"}}, &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("download: %s", exit)
+	}
+	t.Cleanup(func() { a.Do("DELETE", storage+"/content/local:iso/migrate.iso", nil) })
+	local := newMigrateVM(t, a, src, "migrate-local", "local-lvm")
+	iso := newMigrateVM(t, a, src, "migrate-iso", "ceph-rbd", "ide2", "local:iso/migrate.iso,media=cdrom")
+	for _, c := range []struct {
+		id   string
+		form url.Values
+		line string
+	}{
+		{local, url.Values{"online": {"1"}}, "can't migrate local disk 'local-lvm:vm-" + local + "-disk-0': can't live migrate attached local disks without with-local-disks option"},
+		{local, url.Values{"online": {"1"}, "with-local-disks": {"1"}}, "can't migrate local disk 'local-lvm:vm-" + local + "-disk-0': claim vm-" + local +
+			"-disk-0 is not shared (RWO): KubeVirt live-migrates only guests whose claims are all ReadWriteMany"},
+		{iso, url.Values{"online": {"1"}}, "can't migrate local disk 'local:iso/migrate.iso': local cdrom image - claim "},
+	} {
+		cur := nodeOf(t, a, c.id)
+		if st := a.Status(cur, c.id); st["status"] != "running" {
+			a.OK("POST", "/nodes/"+cur+"/qemu/"+c.id+"/status/start", nil, &upid)
+			if exit := a.WaitTask(upid); exit != "OK" {
+				t.Fatalf("start %s: %s", c.id, exit)
+			}
+		}
+		// The scheduler may have placed the instance on another node than
+		// the VM's: a migration there only moves the VM's node.
+		refused := false
+		for _, dst := range nodes {
+			if dst == cur || refused {
+				continue
+			}
+			c.form.Set("target", dst)
+			a.OK("POST", "/nodes/"+cur+"/qemu/"+c.id+"/migrate", c.form, &upid)
+			exit := a.WaitTask(upid)
+			log := taskLog(t, a, cur, upid)
+			if strings.Contains(log, "the instance already runs on node") {
+				cur = dst
+				continue
+			}
+			refused = true
+			if exit != "migration aborted: can't migrate VM - check log" || !strings.Contains(log, "\n"+c.line) ||
+				(!strings.Contains(c.line, "with-local-disks option") && !strings.Contains(log, "is not shared (RWO): KubeVirt live-migrates only guests whose claims are all ReadWriteMany\n")) ||
+				!strings.HasSuffix(log, "ERROR: migration aborted (duration 00:00:00): can't migrate VM - check log\nTASK ERROR: migration aborted: can't migrate VM - check log") {
+				t.Errorf("%s %v: %s\n%s", c.id, c.form, exit, log)
+			}
+		}
+		if !refused {
+			t.Errorf("%s %v: no migration tried", c.id, c.form)
+		}
+		if got := nodeOf(t, a, c.id); got != cur {
+			t.Errorf("a refused migration moved VM %s to %s", c.id, got)
+		}
+	}
 }

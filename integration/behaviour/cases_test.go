@@ -169,6 +169,50 @@ func migrate(vmid string, node int, kv ...string) step {
 	}}
 }
 
+// migrateRefused live-migrates vmid to a node its instance does not run
+// on, observing also what the task says about volumes it cannot migrate.
+// The scheduler places the instance (on the real cluster among equal
+// nodes at random): a migration to the node it runs on only moves the
+// VM's PVE node there, and the next node is tried.
+func migrateRefused(vmid string, kv ...string) step {
+	return failing(step{name: "migrate online", do: func(r *runner) any {
+		for _, n := range nodeNames {
+			if n == r.node(vmid) {
+				continue
+			}
+			o := r.taskLogged("POST", r.vm(vmid, "migrate"), form(append([]string{"target", n}, kv...)...), "can't migrate", "already runs on node")
+			log, _ := o["log"].([]string)
+			if len(log) == 1 && strings.Contains(log[0], "already runs on node") {
+				continue
+			}
+			// PVE's words, before KubeVirt is asked (not its admission's
+			// 500, nor a migration that fails later).
+			if len(log) == 0 || !strings.HasPrefix(log[0], "can't migrate local disk '") {
+				r.errs = append(r.errs, fmt.Sprintf("migrate %s: the task does not name the disk it cannot migrate: %s", vmid, brief(o)))
+			}
+			return o
+		}
+		return "no node to migrate to"
+	}})
+}
+
+// downloadISO downloads an ISO image to storage from a host the probe
+// cannot reach (the size is unknown); CDI's importer is a stand-in on
+// both clusters, which completes without fetching (the simulated one
+// fails only hosts under .invalid).
+func downloadISO(storage, file string) step {
+	return step{name: "download " + file, do: func(r *runner) any {
+		return r.task("POST", "/nodes/"+firstNode+"/storage/"+storage+"/download-url",
+			form("content", "iso", "filename", file, "url", "http://iso.example.com/"+file))
+	}}
+}
+
+func deleteISO(storage, file string) step {
+	return step{name: "delete " + file, do: func(r *runner) any {
+		return r.task("DELETE", "/nodes/"+firstNode+"/storage/"+storage+"/content/"+storage+":iso/"+file, nil)
+	}}
+}
+
 // named gives a step another name (step names are unique in a case).
 func named(name string, s step) step {
 	s.name = name
@@ -179,6 +223,21 @@ func named(name string, s step) step {
 func withTimeout(d time.Duration, s step) step {
 	s.timeout = d
 	return s
+}
+
+// exitsWith is a failing task step whose task must end with an exit
+// status starting with prefix on both clusters (not time out, not fail
+// otherwise).
+func exitsWith(prefix string, s step) step {
+	do := s.do
+	s.do = func(r *runner) any {
+		o := do(r)
+		if m, _ := o.(map[string]any); m == nil || !strings.HasPrefix(fmt.Sprint(m["exit"]), prefix) {
+			r.errs = append(r.errs, fmt.Sprintf("%s: want a task ending %q..., got %s", s.name, prefix, brief(o)))
+		}
+		return o
+	}
+	return failing(s)
 }
 
 // failing marks a step that fails on the simulated cluster too (a
@@ -216,6 +275,16 @@ func cases() []bcase {
 			power("shutdown", "7001", "timeout", "60"),
 			named("start again 7001", power("start", "7001")),
 			status("running again", "7001", "running"),
+			// Without timeout PVE waits 60 seconds; KubeVirt's grace
+			// period is that wait, then a hard stop, and the log says so.
+			step{name: "shutdown default", do: func(r *runner) any {
+				o := r.taskLogged("POST", r.vm("7001", "status/shutdown"), nil, "waiting up to")
+				if log, _ := o["log"].([]string); len(log) != 1 || !strings.HasPrefix(log[0], "waiting up to 60 seconds") {
+					r.errs = append(r.errs, "shutdown without timeout: the task does not say how long it waits: "+brief(o))
+				}
+				return o
+			}},
+			status("stopped", "7001", "stopped"),
 			destroy("7001"),
 		}},
 		{"machine", []step{
@@ -333,15 +402,40 @@ func cases() []bcase {
 			destroy("7090"),
 		}},
 		{"clone-running", []step{
-			create("7095", "name", "b-clone-run-src", "memory", "512", "scsi0", "local-lvm:2"),
+			// ceph-rbd: CDI's CSI clone (the node stand-ins' host-assisted
+			// clone of topolvm claims misbinds the prime claim).
+			create("7095", "name", "b-clone-run-src", "memory", "512", "scsi0", "ceph-rbd:2"),
 			power("start", "7095"),
 			status("running", "7095", "running"),
-			// CDI's wait for the source to stop does not end by itself:
-			// 20 seconds (ten times the simulated clone) show it.
-			withTimeout(20*time.Second, clone("7095", "7096", "name", "b-clone-run", "full", "1")),
+			// CDI clones a claim only while no pod uses it
+			// (CloneSourceInUse): refused up front, nothing is made.
+			withTimeout(20*time.Second, failing(clone("7095", "7096", "name", "b-clone-run", "full", "1"))),
+			failing(config("no clone", "7096")),
+			power("stop", "7095"),
+			named("clone stopped", clone("7095", "7096", "name", "b-clone-run", "full", "1")),
 			config("clone config", "7096"),
 			destroy("7096"),
 			destroy("7095"),
+		}},
+		{"start-missing-bridge", []step{
+			// No NetworkAttachmentDefinition vmbr1: KubeVirt cannot render
+			// the launcher pod and retries forever; the start fails at once
+			// in PVE's words, with KubeVirt's reason.
+			create("7120", "name", "b-nobridge", "memory", "512", "scsi0", "local-lvm:2", "net0", "virtio,bridge=vmbr0",
+				"net1", "virtio,bridge=vmbr1"),
+			withTimeout(time.Minute, exitsWith("start failed: bridge 'vmbr1' does not exist (KubeVirt: ", power("start", "7120"))),
+			status("stopped", "7120", "stopped"),
+			destroy("7120"),
+		}},
+		{"clone-other-pool", []step{
+			create("7125", "name", "b-clone-pool-src", "memory", "512", "scsi0", "ceph-rbd:2"),
+			// KubeVirt clones from another namespace as the target
+			// namespace's default ServiceAccount, which nobody allowed to
+			// read this one: the task says so instead of waiting.
+			withTimeout(time.Minute, exitsWith("volume provisioning failed: not authorized to create DataVolume: User system:serviceaccount:lab:default has insufficient permissions in clone source namespace default",
+				clone("7125", "7126", "name", "b-clone-pool", "full", "1", "pool", "lab"))),
+			destroy("7126"),
+			destroy("7125"),
 		}},
 		{"migrate-offline", []step{
 			create("7100", "name", "b-mig-off", "memory", "512", "scsi0", "ceph-rbd:2"),
@@ -362,9 +456,23 @@ func cases() []bcase {
 			create("7110", "name", "b-mig-rwo", "memory", "512", "scsi0", "local-lvm:2", "net0", "virtio,bridge=vmbr0"),
 			power("start", "7110"),
 			status("running", "7110", "running"),
-			migrate("7110", 2, "online", "1", "with-local-disks", "1"),
-			nodeOf("node", "7110"),
+			// KubeVirt moves no claim's data: a ReadWriteOnce claim is
+			// refused, with-local-disks or not.
+			migrateRefused("7110", "online", "1", "with-local-disks", "1"),
+			status("running after", "7110", "running"),
 			destroy("7110"),
+		}},
+		{"migrate-online-iso", []step{
+			// The read-only CD-ROM's claim counts as well.
+			downloadISO("local", "bmig.iso"),
+			create("7115", "name", "b-mig-iso", "memory", "512", "scsi0", "ceph-rbd:2", "ide2", "local:iso/bmig.iso,media=cdrom",
+				"net0", "virtio,bridge=vmbr0"),
+			power("start", "7115"),
+			status("running", "7115", "running"),
+			migrateRefused("7115", "online", "1"),
+			status("running after", "7115", "running"),
+			destroy("7115"),
+			deleteISO("local", "bmig.iso"),
 		}},
 	}
 }

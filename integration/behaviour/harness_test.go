@@ -163,6 +163,41 @@ func (r *runner) task(method, path string, form url.Values) map[string]any {
 	return o
 }
 
+// taskLogged is task, observing also the lines of the task's log that
+// contain one of match (what the task tells the user about it).
+func (r *runner) taskLogged(method, path string, form url.Values, match ...string) map[string]any {
+	ans, o := r.call(method, path, form)
+	if ans.Code != http.StatusOK {
+		return o
+	}
+	var upid string
+	if err := json.Unmarshal(ans.Data, &upid); err != nil || !strings.HasPrefix(upid, "UPID:") {
+		o["data"] = normalizeJSON(ans.Data)
+		return o
+	}
+	o["exit"] = r.waitTask(upid)
+	node := strings.Split(upid, ":")[1]
+	log, err := r.b.api.Send("GET", "/nodes/"+node+"/tasks/"+url.PathEscape(upid)+"/log", url.Values{"limit": {"1000"}})
+	if err != nil {
+		r.errs = append(r.errs, err.Error())
+		return o
+	}
+	var lines []map[string]any
+	_ = json.Unmarshal(log.Data, &lines)
+	var said []string
+	for _, l := range lines {
+		t := fmt.Sprint(l["t"])
+		for _, m := range match {
+			if strings.Contains(t, m) {
+				said = append(said, normalizeText(t))
+				break
+			}
+		}
+	}
+	o["log"] = said
+	return o
+}
+
 // waitTask polls a task's status like proxmoxer and bpg and returns its
 // exit status (normalized), or that it is still running after
 // taskTimeout.
