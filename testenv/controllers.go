@@ -291,15 +291,27 @@ func (e *Env) runCDIController(ctx context.Context, c *controllers) error {
 		return err
 	}
 	// The signers of upload server certificates (secrets
-	// cdi-uploadserver-signer and cdi-uploadserver-client-signer).
+	// cdi-uploadserver-signer and cdi-uploadserver-client-signer), and
+	// the bundles of their CA certificates (ConfigMaps
+	// cdi-uploadserver-signer-bundle and
+	// cdi-uploadserver-client-signer-bundle), from which CDI's controller
+	// gives an upload server the CA of its clients and a clone source the
+	// CA of the upload server it sends to (CDI pkg/operator/resources/cert).
 	dir := filepath.Join(e.Dir, "cdi", "upload-signers")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	env := []string{"TMPDIR=" + e.Dir}
 	for _, s := range []struct{ prefix, name string }{{"UPLOAD_SERVER", "server"}, {"UPLOAD_CLIENT", "client"}} {
-		ca, err := newRSAAuthorityFiles(dir, s.name, "cdi-uploadserver-"+s.name+"-signer")
+		signer := "cdi-uploadserver-" + s.name + "-signer"
+		if s.name == "server" {
+			signer = "cdi-uploadserver-signer"
+		}
+		ca, err := newRSAAuthorityFiles(dir, s.name, signer)
 		if err != nil {
+			return err
+		}
+		if err := e.publishCABundle(ctx, signer+"-bundle", ca.cert); err != nil {
 			return err
 		}
 		env = append(env, s.prefix+"_CERT_FILE="+ca.cert, s.prefix+"_KEY_FILE="+ca.key)
@@ -314,6 +326,24 @@ func (e *Env) runCDIController(ctx context.Context, c *controllers) error {
 		"--kubeconfig=" + kubeconfig, "--token-key-dir=" + filepath.Join(e.Dir, "cdi", "token-keys"),
 	}, e.Dir, e.tee(), env...)
 	return err
+}
+
+// publishCABundle writes the CA certificate in file to the ConfigMap name
+// of CDI's namespace (key ca-bundle.crt), as CDI's operator publishes its
+// signers' bundles.
+func (e *Env) publishCABundle(ctx context.Context, name, file string) error {
+	pemCA, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	_, err = e.DirectKube.CoreV1().ConfigMaps(CDINamespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: CDINamespace},
+		Data:       map[string]string{"ca-bundle.crt": string(pemCA)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("testenv: ConfigMap %s: %w", name, err)
+	}
+	return nil
 }
 
 // waitCDIController waits until CDI's config controller has reconciled the

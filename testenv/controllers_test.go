@@ -141,3 +141,45 @@ func waitUntil(t *testing.T, e *Env, timeout time.Duration, what string, check f
 	}
 	t.Fatalf("timed out waiting for %s: %v", what, last)
 }
+
+// TestHostAssistedClone clones a DataVolume into a StorageClass of another
+// provisioner, which CDI does host-assisted (a clone source pod sending to
+// an upload server pod): CDI's controller must find the CA bundles of its
+// upload signers, as CDI's operator publishes them, to start them.
+func TestHostAssistedClone(t *testing.T) {
+	e := StartT(t, realControlPlane())
+	ctx := context.Background()
+	ns := e.Namespace(t, "clone")
+	cdi := containerizeddataimporter.NewForConfigOrDie(e.DirectConfig)
+	size := corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	dv := func(name, class string, src cdiv1.DataVolumeSource) *cdiv1.DataVolume {
+		return &cdiv1.DataVolume{
+			// Bound at once, not at a first consumer (local-path is
+			// WaitForFirstConsumer), as the plugin asks.
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+				Annotations: map[string]string{"cdi.kubevirt.io/storage.bind.immediate.requested": "true"}},
+			Spec: cdiv1.DataVolumeSpec{Source: &src, Storage: &cdiv1.StorageSpec{StorageClassName: ptr(class),
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: size}}},
+		}
+	}
+	succeeded := func(name string) func() (bool, error) {
+		return func() (bool, error) {
+			cur, err := cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return cur.Status.Phase == cdiv1.Succeeded, fmt.Errorf("phase %s, conditions %+v", cur.Status.Phase, cur.Status.Conditions)
+		}
+	}
+	src := dv("src", "ceph-block", cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}})
+	if _, err := cdi.CdiV1beta1().DataVolumes(ns).Create(ctx, src, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, e, 60*time.Second, "source DataVolume", succeeded("src"))
+	clone := dv("copy", DefaultStorageClass, cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: "src"}})
+	if _, err := cdi.CdiV1beta1().DataVolumes(ns).Create(ctx, clone, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, e, 90*time.Second, "cloned DataVolume", succeeded("copy"))
+}

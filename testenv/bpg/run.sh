@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Runs the bpg Terraform provider's own acceptance tests (github.com/bpg/
 # terraform-provider-proxmox, the version pinned in testenv/tools/bpg/go.mod,
-# taken from the Go module proxy) against ./caddy on the embedded simulated
-# cluster, and prints how many leaf tests passed, failed, hung or do not
-# apply.
+# taken from the Go module proxy) against ./caddy, and prints how many leaf
+# tests passed, failed, hung or do not apply. ./caddy runs on the embedded
+# simulated cluster (BPG_BACKEND=sim, the default) or on the real control
+# plane (BPG_BACKEND=real: kube-apiserver and etcd, KubeVirt's virt-api and
+# virt-controller, CDI, kube-scheduler and kube-controller-manager, with
+# kubevirtsim's node stand-ins, seeded like the simulated cluster; see
+# internal/realcluster and cluster/main.go), as `kubeconfig` names it.
 #
 #   testenv/bpg/run.sh                   the tests listed in tests.txt
 #   testenv/bpg/run.sh 'TestAccResourceVM$'   only top-level tests matching
+#   BPG_BACKEND=real testenv/bpg/run.sh  the same on the real control plane
 #
 # What runs is tests.txt (packages and the top-level tests of each that
 # belong to the surface we serve); what cannot apply to a KubeVirt-backed
 # cluster is not-applicable.txt, by name with the reason, handed to the test
-# binaries' -test.skip. known-failures.txt lists the leaf tests that fail
-# today with their root cause: the run fails when any other test fails,
+# binaries' -test.skip. known-failures.txt (known-failures-real.txt on the
+# real control plane) lists the leaf tests that fail today with their root
+# cause: the run fails when any other test fails,
 # hangs or skips itself, and when a listed one passes (take it off the list).
 #
 # The Terraform-protocol CLI is terraform when it is on PATH (or
@@ -21,12 +27,14 @@
 # itself is served in-process by the test binaries (protocol 6 factories).
 #
 # Everything runs in a network namespace of its own (unshare -n): ./caddy
-# on 127.0.0.1:8006, and the download servers on 198.18.0.1 (RFC 2544's
+# on 127.0.0.1:8006, the real control plane's processes on loopback ports, and the download servers on 198.18.0.1 (RFC 2544's
 # benchmarking range, an address of this namespace's loopback only), which
 # the plugin may fetch from because it is not a loopback address. Nothing
 # leaves the namespace.
 #
-# Environment: CADDY_PROXMOX_CADDY (default ./caddy), BPG_TEST_TIMEOUT (per
+# Environment: CADDY_PROXMOX_CADDY (default ./caddy), BPG_BACKEND (sim or
+# real), CADDY_PROXMOX_TESTBIN (real: the control plane's binaries, default
+# what testenv/build-binaries.sh prints), BPG_TEST_TIMEOUT (per
 # top-level test process, default 10m), BPG_JOBS (test processes at once,
 # default 2), BPG_PARALLEL (parallel subtests per process, default 4),
 # BPG_OUT (folder for the logs, kept; default a new temporary one, removed
@@ -37,6 +45,12 @@ repo=$(cd "$here/../.." && pwd)
 tools=$repo/testenv/tools
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/caddy-proxmox
 filter=${1:-.}
+backend=${BPG_BACKEND:-sim}
+case $backend in
+sim) known=$here/known-failures.txt ;;
+real) known=$here/known-failures-real.txt ;;
+*) echo "bpg: BPG_BACKEND is sim or real, not $backend" >&2; exit 2 ;;
+esac
 
 # Inside the namespace: the second half, below.
 if [ -z "${BPG_IN_NETNS:-}" ]; then
@@ -89,6 +103,11 @@ if [ -z "${BPG_IN_NETNS:-}" ]; then
 
 	caddy=${CADDY_PROXMOX_CADDY:-$repo/caddy}
 	[ -x "$caddy" ] || { echo "bpg: no $caddy; run ./xcaddy.sh" >&2; exit 1; }
+	if [ "$backend" = real ]; then
+		CADDY_PROXMOX_TESTBIN=${CADDY_PROXMOX_TESTBIN:-$("$repo/testenv/build-binaries.sh")}
+		export CADDY_PROXMOX_TESTBIN
+		(cd "$repo" && go build -o "$out/cluster" ./testenv/bpg/cluster)
+	fi
 	ns=(unshare --net)
 	[ "$(id -u)" -eq 0 ] || ns=(unshare --net --map-root-user)
 	BPG_KEEP=${BPG_OUT:+1} BPG_IN_NETNS=1 BPG_OUT=$out BPG_START=$start TF_ACC_TERRAFORM_PATH=$tf CADDY_PROXMOX_CADDY=$caddy \
@@ -106,12 +125,31 @@ trap cleanup EXIT
 ip link set lo up
 ip addr add 198.18.0.1/32 dev lo
 
+cluster=simulate
+if [ "$backend" = real ]; then
+	# The real control plane, started while the download server's files
+	# are written; ./caddy gets its kubeconfig once it serves.
+	"$out/cluster" -kubeconfig "$out/kubeconfig" >"$out/cluster.log" 2>&1 &
+	pids+=($!)
+	cluster_pid=$!
+	cluster="kubeconfig $out/kubeconfig"
+fi
+
 # A tiny stand-in for cloud-images.ubuntu.com and download.proxmox.com:
 # the simulated CDI does not read what it imports.
 www=$out/www
 mkdir -p "$www/minimal/releases/noble/release" "$www/images/system"
 head -c 1048576 /dev/zero >"$www/minimal/releases/noble/release/ubuntu-24.04-minimal-cloudimg-amd64.img"
 head -c 1048576 /dev/zero >"$www/images/system/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
+
+if [ "$backend" = real ]; then
+	for _ in $(seq 1500); do
+		{ [ -e "$out/kubeconfig" ] || ! kill -0 "$cluster_pid" 2>/dev/null; } && break
+		sleep 0.2
+	done
+	[ -e "$out/kubeconfig" ] || { echo "bpg: the real control plane did not come up:" >&2; tail -30 "$out/cluster.log" >&2; exit 1; }
+	echo "bpg: real control plane up after $(($(date +%s) - BPG_START))s"
+fi
 
 token=5f0c1a2e-3b4d-4c5e-8f90-a1b2c3d4e5f6
 password=changeme
@@ -134,7 +172,7 @@ https://127.0.0.1:8006, https://localhost:8006 {
 		output file $out/access.log
 	}
 	proxmox_api {
-		simulate
+		$cluster
 		token root@pam!ci $token
 		user root@pam $password
 	}
@@ -210,7 +248,7 @@ export out here
 printf '%s\n' "${jobs[@]}" | xargs -r -P "${BPG_JOBS:-2}" -L1 bash -c 'run_one "$@"' _
 
 status=0
-"$here/summarize.sh" "$out" "$here" "$(($(date +%s) - BPG_START))" || status=$?
+"$here/summarize.sh" "$out" "$here" "$(($(date +%s) - BPG_START))" "$known" || status=$?
 cleanup
 trap - EXIT
 # The logs of a run that went as expected are not kept, unless asked for.
