@@ -169,16 +169,7 @@ func TestDetachKeepsTheDataVolume(t *testing.T) {
 	node := firstNode(a)
 	id := nextID(a)
 	path := "/nodes/" + node + "/qemu/" + id
-	var upid string
-	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "detach", "scsi0", "local-path:1", "scsi1", "local-path:1", "scsi2", "local-path:1"), &upid)
-	if exit := a.WaitTask(upid); exit != "OK" {
-		t.Fatalf("create: %s", exit)
-	}
-	t.Cleanup(func() {
-		var u string
-		a.OK("DELETE", path, nil, &u)
-		a.WaitTask(u)
-	})
+	createVM(t, a, node, id, "name", "detach", "scsi0", "local-path:1", "scsi1", "local-path:1", "scsi2", "local-path:1")
 	vm := vmByID(t, id)
 	cdi, err := containerizeddataimporter.NewForConfig(env.DirectConfig)
 	if err != nil {

@@ -40,3 +40,21 @@ func metavOpts() metav1.PatchOptions { return metav1.PatchOptions{} }
 func jsonString(raw []byte, into *string) error { return json.Unmarshal(raw, into) }
 
 func waitABit() { time.Sleep(100 * time.Millisecond) }
+
+// createVM creates VM id on node with the given parameters (key, value,
+// ...), fails the test unless the create task ends OK, and deletes the VM
+// when the test ends. A cleanup registered later runs before the delete.
+func createVM(t *testing.T, a *testcaddy.PVE, node, id string, params ...string) {
+	t.Helper()
+	var upid string
+	a.OK("POST", "/nodes/"+node+"/qemu", form(append([]string{"vmid", id}, params...)...), &upid)
+	if exit := a.WaitTask(upid); exit != "OK" {
+		t.Fatalf("create: %s", exit)
+	}
+	path := "/nodes/" + node + "/qemu/" + id
+	t.Cleanup(func() {
+		var u string
+		a.OK("DELETE", path, nil, &u)
+		a.WaitTask(u)
+	})
+}

@@ -23,16 +23,7 @@ func TestSnapshotWithoutSnapshotClass(t *testing.T) {
 	node := firstNode(a)
 	id := nextID(a)
 	path := "/nodes/" + node + "/qemu/" + id
-	var upid string
-	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "noclass", "scsi0", "local-path:1"), &upid)
-	if exit := a.WaitTask(upid); exit != "OK" {
-		t.Fatalf("create: %s", exit)
-	}
-	t.Cleanup(func() {
-		var u string
-		a.OK("DELETE", path, nil, &u)
-		a.WaitTask(u)
-	})
+	createVM(t, a, node, id, "name", "noclass", "scsi0", "local-path:1")
 	vm := vmByID(t, id)
 	claim := "vm-" + id + "-disk-0"
 	// KubeVirt's verdict on the disk, which a client calling a moment

@@ -177,17 +177,8 @@ func TestDiskSerials(t *testing.T) {
 	a := pve(t)
 	node := firstNode(a)
 	id := nextID(a)
-	var upid string
-	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "serials", "scsi0", "local-path:1,serial=WD-ABC%2B1"), &upid)
-	if exit := a.WaitTask(upid); exit != "OK" {
-		t.Fatalf("create: %s", exit)
-	}
+	createVM(t, a, node, id, "name", "serials", "scsi0", "local-path:1,serial=WD-ABC%2B1")
 	path := "/nodes/" + node + "/qemu/" + id
-	t.Cleanup(func() {
-		var u string
-		a.OK("DELETE", path, nil, &u)
-		a.WaitTask(u)
-	})
 	if d := vmByID(t, id).Spec.Template.Spec.Domain.Devices.Disks; len(d) != 1 || d[0].Serial != "WD-ABC+1" {
 		t.Fatalf("disks %+v", d)
 	}
@@ -213,15 +204,7 @@ func TestSnapshotGateOff(t *testing.T) {
 	id := nextID(a)
 	path := "/nodes/" + node + "/qemu/" + id
 	var upid string
-	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "gate", "scsi0", "ceph-block:1"), &upid)
-	if exit := a.WaitTask(upid); exit != "OK" {
-		t.Fatalf("create: %s", exit)
-	}
-	t.Cleanup(func() {
-		var u string
-		a.OK("DELETE", path, nil, &u)
-		a.WaitTask(u)
-	})
+	createVM(t, a, node, id, "name", "gate", "scsi0", "ceph-block:1")
 	a.OK("POST", path+"/snapshot", form("snapname", "before"), &upid)
 	if exit := a.WaitTask(upid); exit != "OK" {
 		t.Fatalf("snapshot with the gate on: %s", exit)
@@ -307,15 +290,10 @@ func TestLockedWhileSnapshotting(t *testing.T) {
 	id := nextID(a)
 	path := "/nodes/" + node + "/qemu/" + id
 	var upid string
-	a.OK("POST", "/nodes/"+node+"/qemu", form("vmid", id, "name", "locks", "scsi0", "ceph-block:1"), &upid)
-	if exit := a.WaitTask(upid); exit != "OK" {
-		t.Fatalf("create: %s", exit)
-	}
+	createVM(t, a, node, id, "name", "locks", "scsi0", "ceph-block:1")
 	t.Cleanup(func() {
 		var u string
 		a.OK("POST", path+"/status/stop", nil, &u)
-		a.WaitTask(u)
-		a.OK("DELETE", path, nil, &u)
 		a.WaitTask(u)
 	})
 	locked := func(lock string) {
