@@ -256,6 +256,7 @@ func (g *Guest) Destruct() error {
 		b.c.unsubscribe(g)
 	}
 	g.mu.Unlock()
+	g.shared.writing.Wait()
 	return nil
 }
 

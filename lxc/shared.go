@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/certmagic"
@@ -103,6 +104,9 @@ type shareState struct {
 	pending   bool // a write is scheduled or running
 	dirty     bool // activity since the running write read its record
 	timer     *time.Timer
+	// writing counts running writes, for Destruct to wait on: a write
+	// that outlives its runtime would race the next config's writes.
+	writing sync.WaitGroup
 	// deferLogged: the current run of deferrals to another instance was
 	// logged at info already.
 	deferLogged bool
@@ -134,6 +138,13 @@ func (g *Guest) touchShareLocked() {
 // the next write an interval later.
 func (g *Guest) flushShare() {
 	g.mu.Lock()
+	if g.ctx.Err() != nil {
+		g.shared.pending = false
+		g.mu.Unlock()
+		return
+	}
+	g.shared.writing.Add(1)
+	defer g.shared.writing.Done()
 	b := g.currentLocked()
 	sh, vmid := b.c.sharing(), g.target.vmid
 	rec := activityRecord{Instance: instanceID, LastActivity: g.lastActivity, Busy: g.inflight > 0}
@@ -142,7 +153,7 @@ func (g *Guest) flushShare() {
 	}
 	g.shared.dirty = false
 	g.mu.Unlock()
-	if sh != nil && vmid != 0 && g.ctx.Err() == nil {
+	if sh != nil && vmid != 0 {
 		data, _ := json.Marshal(rec)
 		ctx, cancel := context.WithTimeout(g.ctx, shareIOTimeout)
 		err := sh.Storage.Store(ctx, shareKey(g.clusterName, vmid, "activity", instanceID), data)
@@ -160,7 +171,9 @@ func (g *Guest) flushShare() {
 	}
 }
 
-// stopShare stops the activity writes (the runtime is destroyed).
+// stopShare stops the activity writes (the runtime is destroyed); with
+// g.ctx already cancelled, no write starts after it. Called with g.mu held:
+// the caller waits on g.shared.writing once it has let go.
 func (g *Guest) stopShare() {
 	if g.shared.timer != nil {
 		g.shared.timer.Stop()

@@ -42,6 +42,8 @@ func sharedGuest(t *testing.T, interval time.Duration) (*Guest, *countingStorage
 	st := &countingStorage{FileStorage: &certmagic.FileStorage{Path: t.TempDir()}}
 	sh := &Share{Storage: st, Interval: interval}
 	c.SetShare(sh)
+	// Before the temporary directory goes: no write may outlive the guest.
+	t.Cleanup(func() { _ = g.Destruct() })
 	return g, st, sh
 }
 
