@@ -254,6 +254,11 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 	if err := rollbackBlocker(g.VM, s, snapname); err != nil {
 		return nil, err
 	}
+	if rollbackHalts(g) {
+		if err := c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyHalted); err != nil {
+			return nil, fmt.Errorf("stopping VM %d for the rollback: %w", g.VMID, err)
+		}
+	}
 	group := "kubevirt.io"
 	r := &snapshotv1.VirtualMachineRestore{
 		ObjectMeta: metav1.ObjectMeta{
@@ -273,6 +278,27 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 	}
 	out, err := c.as(ctx).kv.SnapshotV1beta1().VirtualMachineRestores(g.Namespace()).Create(ctx, r, metav1.CreateOptions{})
 	return out, snapshotWriteErr(err)
+}
+
+// rollbackHalts tells whether g's run strategy must become Halted before
+// a restore. KubeVirt's restore keeps the run strategy (restore.go
+// generateRestoredVMSpec), while PVE leaves a VM rolled back to a snapshot
+// without RAM stopped: Always, RerunOnFailure and Once would start it
+// again. And its StopTarget stops the VM through virt-api, which answers
+// 409 "VM is not running" for a Manual or RerunOnFailure VM whose guest
+// powered itself off (the instance final, not deleted), so the restore
+// would wait for ever; Halted has virt-controller delete that instance.
+// A Manual VM with a live instance is stopped by the restore and stays
+// stopped.
+func rollbackHalts(g Guest) bool {
+	rs, err := g.VM.RunStrategy()
+	switch {
+	case err != nil, rs == kubevirtv1.RunStrategyHalted:
+		return false
+	case rs == kubevirtv1.RunStrategyManual:
+		return g.VMI != nil && g.VMI.IsFinal()
+	}
+	return true
 }
 
 // SnapshotLock is the PVE lock a snapshot or rollback of g holds:

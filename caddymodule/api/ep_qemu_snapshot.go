@@ -151,9 +151,14 @@ func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
 
 // postQemuRollback restores a snapshot. Like PVE's rollback it stops a
 // running VM first (the restore's StopTarget policy); the VM is left
-// stopped, as PVE leaves it for a snapshot without RAM state.
+// stopped, as PVE leaves it for a snapshot without RAM state, unless
+// start=1 asks the task to start it.
 func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 	g, s, e := h.snapshot(q)
+	if e != nil {
+		return nil, e
+	}
+	start, e := q.p.boolean("start", false)
 	if e != nil {
 		return nil, e
 	}
@@ -164,7 +169,11 @@ func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 	if err != nil {
 		return nil, snapshotError(err)
 	}
-	spec := h.taskSpec(q, g, translate.TaskRollback, kube.GoalRestored, 10*time.Minute, fmt.Sprintf("rollback VM %d to snapshot '%s' (%s)", g.VMID, s.Name, r.Name))
+	goal := kube.GoalRestored
+	if start {
+		goal = kube.GoalRestoredStarted
+	}
+	spec := h.taskSpec(q, g, translate.TaskRollback, goal, 10*time.Minute, fmt.Sprintf("rollback VM %d to snapshot '%s' (%s)", g.VMID, s.Name, r.Name))
 	spec.Object = r.Name
 	return h.beginSpec(q, spec)
 }

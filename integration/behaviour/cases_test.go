@@ -396,6 +396,11 @@ func cases() []bcase {
 			rollback("7085", "s1"),
 			status("after rollback", "7085", "stopped"),
 			config("config rolled back", "7085"),
+			// PVE's rollback starts the VM in its task when asked to.
+			step{name: "rollback start", do: func(r *runner) any {
+				return r.task("POST", r.vm("7085", "snapshot/s1/rollback"), form("start", "1"))
+			}},
+			status("started by rollback", "7085", "running"),
 			destroy("7085"),
 		}},
 		{"clone", []step{
