@@ -160,6 +160,17 @@ func (c *Cluster) sharedClaimBlocker(g Guest, content *snapshotv1.VirtualMachine
 	return nil
 }
 
+// CanSnapshot tells why a snapshot of g would be refused up front (nil
+// when it would not): no snapshot API, or a disk KubeVirt would snapshot
+// without its data or a CD-ROM whose shared claim it would take along
+// (snapshotBlocker). PVE's has_feature('snapshot') answers the same.
+func (c *Cluster) CanSnapshot(g Guest) error {
+	if c.snapshots == nil {
+		return ErrNoSnapshotAPI
+	}
+	return snapshotBlocker(g.VM)
+}
+
 // excludedDisks are vm's disks whose data snapshot s does not hold
 // (status.snapshotVolumes.excludedVolumes).
 func excludedDisks(vm *kubevirtv1.VirtualMachine, s *snapshotv1.VirtualMachineSnapshot) []translate.SnapshotDisk {
@@ -272,10 +283,7 @@ func (c *Cluster) Snapshots(g Guest) ([]Snapshot, error) {
 // CreateSnapshot asks KubeVirt for a snapshot of g named snapname (PVE's
 // name is kept in an annotation; the object name is derived from it).
 func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, description string) (*snapshotv1.VirtualMachineSnapshot, error) {
-	if c.snapshots == nil {
-		return nil, ErrNoSnapshotAPI
-	}
-	if err := snapshotBlocker(g.VM); err != nil {
+	if err := c.CanSnapshot(g); err != nil {
 		return nil, err
 	}
 	group := "kubevirt.io"

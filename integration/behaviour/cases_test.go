@@ -158,6 +158,19 @@ func rollback(vmid, snap string) step {
 	}}
 }
 
+// feature observes qemu-server's vm_feature for feature (snapshot,
+// clone, copy), which must answer hasFeature want.
+func feature(vmid, feature string, want int) step {
+	return step{name: "feature " + feature, do: func(r *runner) any {
+		o := r.get(vmid, "feature?feature="+feature)
+		m, _ := o.(map[string]any)
+		if d, _ := m["data"].(map[string]any); d == nil || fmt.Sprint(d["hasFeature"]) != fmt.Sprint(want) {
+			r.errs = append(r.errs, fmt.Sprintf("feature %s of %s: want hasFeature %d, got %s", feature, vmid, want, brief(o)))
+		}
+		return o
+	}}
+}
+
 func snapshots(name, vmid string) step {
 	return step{name: name, do: func(r *runner) any { return r.get(vmid, "snapshot", "name", "parent", "vmstate", "description") }}
 }
@@ -367,6 +380,8 @@ func cases() []bcase {
 		}},
 		{"snapshot-ceph", []step{
 			create("7070", "name", "b-snap", "memory", "512", "cores", "1", "scsi0", "ceph-rbd:2"),
+			feature("7070", "snapshot", 1),
+			feature("7070", "copy", 1),
 			snapshot("7070", "s1"),
 			snapshots("snapshots", "7070"),
 			setConfig("change", "7070", "cores", "3"),
@@ -383,6 +398,7 @@ func cases() []bcase {
 			// the snapshot without the disk's data and its rollback would
 			// leave the disk as it is. Refused as PVE refuses storage that
 			// cannot snapshot (issue 13 item 1).
+			feature("7080", "snapshot", 0),
 			failing(snapshot("7080", "s1")),
 			snapshots("snapshots", "7080"),
 			destroy("7080"),
