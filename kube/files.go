@@ -116,6 +116,7 @@ func (c *Cluster) CreateFile(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.
 	case !apierrors.IsNotFound(err):
 		return nil, err
 	}
+	c.fillClaimModes(ctx, dv.Spec.Storage)
 	out, err := c.as(ctx).cdi.CdiV1beta1().DataVolumes(dv.Namespace).Create(ctx, dv, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil, exists
@@ -190,6 +191,9 @@ func importFailure(dv *cdiv1.DataVolume) string {
 			}
 		}
 		return "DataVolume " + dv.Namespace + "/" + dv.Name + " failed"
+	}
+	if why := claimNotValid(dv); why != "" {
+		return why // CDI never makes the claim
 	}
 	if running != nil && running.Status == corev1.ConditionFalse && (running.Reason == "Error" || running.Reason == "ImagePullFailed") {
 		if running.Message != "" {
