@@ -318,6 +318,30 @@ func volumesOfContent(vm *virtv1.VirtualMachine, content *snapshotv1.VirtualMach
 	return l
 }
 
+// sourceSpec is the spec a snapshot of vm records: for a VM with an
+// instance (online), the one it was started with, with only its volumes,
+// disks and DataVolume templates current (KubeVirt's vmSnapshotSource
+// Spec, from the start's ControllerRevision); else the current one. The
+// instance's spec is the start's, less the defaults the simulation adds to
+// it (firmware UUID, default disks and pod network).
+func (s *snapshots) sourceSpec(vm *virtv1.VirtualMachine) virtv1.VirtualMachineSpec {
+	spec := *vm.Spec.DeepCopy()
+	vmi := getCached[*virtv1.VirtualMachineInstance](s.c.vmiInformer, vm.Namespace, vm.Name)
+	if vmi == nil || spec.Template == nil {
+		return spec
+	}
+	cur := spec.Template.Spec
+	start := *vmi.Spec.DeepCopy()
+	start.Domain.Firmware = cur.Domain.Firmware
+	start.Volumes = cur.Volumes
+	start.Domain.Devices.Disks = cur.Domain.Devices.Disks
+	if len(cur.Domain.Devices.Interfaces) == 0 && len(cur.Networks) == 0 {
+		start.Domain.Devices.Interfaces, start.Networks = nil, nil
+	}
+	spec.Template.Spec = start
+	return spec
+}
+
 // ensureContent creates the snapshot's content (with its ready status)
 // unless it exists.
 func (s *snapshots) ensureContent(ctx context.Context, snap *snapshotv1.VirtualMachineSnapshot, vm *virtv1.VirtualMachine, now time.Time) (*snapshotv1.VirtualMachineSnapshotContent, error) {
@@ -343,7 +367,7 @@ func (s *snapshots) ensureContent(ctx context.Context, snap *snapshotv1.VirtualM
 						Labels:      vm.Labels,
 						Annotations: vm.Annotations,
 					},
-					Spec: *vm.Spec.DeepCopy(),
+					Spec: s.sourceSpec(vm),
 				}},
 				VolumeBackups: s.volumeBackups(snap, vm),
 			},
