@@ -220,9 +220,10 @@ func (n *Nodes) launched(pod *corev1.Pod) bool {
 
 // workerDone tells whether a CDI worker pod has done its work, and the
 // termination message its container writes then (cmd/cdi-importer,
-// cmd/cdi-cloner, cmd/cdi-uploadserver). An upload server completes only
-// as the target of a host-assisted clone, once the source pod has sent
-// everything; for an upload it waits for a client.
+// cmd/cdi-cloner, cmd/cdi-uploadserver). An upload server completes as the
+// target of a host-assisted clone once the source pod has sent everything,
+// and for an upload once a client's data is in: the stand-in upload
+// server (NewCDIUploadProxy) records it on the claim.
 func (n *Nodes) workerDone(pod *corev1.Pod) (string, bool) {
 	switch pod.Labels[cdiComponentLabel] {
 	case cdiImporterComponent:
@@ -235,6 +236,9 @@ func (n *Nodes) workerDone(pod *corev1.Pod) (string, bool) {
 				continue
 			}
 			pvc := cached[*corev1.PersistentVolumeClaim](n.pvcs, pod.Namespace+"/"+v.PersistentVolumeClaim.ClaimName)
+			if pvc != nil && pvc.Annotations[AnnotationUploadedSHA256] != "" {
+				return `{"preallocationApplied":false,"message":"Upload Complete"}`, true
+			}
 			if pvc == nil || pvc.Annotations[cdiCloneRequestAnn] == "" {
 				continue
 			}
