@@ -362,11 +362,17 @@ func (n *Nodes) writePodStatus(ctx context.Context, pod *corev1.Pod, st *corev1.
 }
 
 // podIP hands out the pod's address on its node's pod network
-// (10.244.<node>.<n>/24; the node's spec.podCIDR when it has one).
+// (10.244.<node>.<n>/24; the node's spec.podCIDR when it has one), or the
+// AnnotationPodIP a test gave the VMI of a virt-launcher pod
+// (virt-controller copies the VMI's annotations to its pod).
 func (n *Nodes) podIP(pod *corev1.Pod, node *corev1.Node) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if ip, ok := n.podIPs[string(pod.UID)]; ok {
+		return ip
+	}
+	if ip := pod.Annotations[AnnotationPodIP]; ip != "" && podVMIName(pod) != "" {
+		n.podIPs[string(pod.UID)] = ip
 		return ip
 	}
 	prefix := ""
