@@ -31,7 +31,6 @@ var ownUsers = map[string]string{
 	"Cluster.uploadProxy":           "finding CDI's upload proxy and its CA, once (the token is the caller's)",
 	"Cluster.filesystemOverhead":    "CDI's cluster configuration (CDIConfig), which callers are not given; the claim is written as the caller",
 	"Cluster.FeatureGate":           "KubeVirt's cluster configuration (the KubeVirt CR), which callers are not given",
-	"Cluster.fillClaimModes":        "CDI's StorageProfiles (cluster configuration callers are not given); the DataVolume is written as the caller",
 	"Cluster.VolumeNameTaken":       "a claim the caller cannot read still takes the name",
 	"Cluster.DeletePool":            "the namespace read for the guarded delete, as documented",
 	"Cluster.CreatePoolRecord":      "pool records: the plugin's (the caller's Pool.Allocate is reviewed first)",

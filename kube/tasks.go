@@ -635,9 +635,10 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		}
-		if why := ts.c.provisionFailure(vm); why != "" {
-			// CDI retries for ever; the claim is never made.
-			return true, "volume provisioning failed: CDI cannot make the claim of " + why, nil
+		if msg := ts.c.invalidClaim(vm); msg != "" {
+			// CDI retries forever; the storage's admin must act.
+			return true, "volume provisioning failed: " + msg +
+				" (CDI cannot pick the access and volume mode of its claim: set them in the storage class's StorageProfile, spec.claimPropertySets)", nil
 		}
 		if msg := reason(vm); strings.Contains(msg, "not authorized to create DataVolume") {
 			msg = msg[strings.Index(msg, "not authorized to create DataVolume"):]

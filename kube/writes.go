@@ -32,7 +32,6 @@ func (c *Cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 			return nil, err
 		}
 	}
-	c.fillTemplateClaimModes(ctx, vm, nil)
 	out, err := c.as(ctx).kv.KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
 	if err != nil {
 		if claim != nil {
@@ -72,7 +71,6 @@ func jsonPointerEscape(s string) string {
 // resourceVersion: a VM that changed since it was read is never
 // overwritten with a stale view.
 func (c *Cluster) ReplaceVM(ctx context.Context, g Guest, want *kubevirtv1.VirtualMachine, annotations ...string) (*kubevirtv1.VirtualMachine, error) {
-	c.fillTemplateClaimModes(ctx, want, g.VM)
 	ops := []patchOp{
 		{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)},
 		{Op: "test", Path: "/metadata/resourceVersion", Value: g.VM.ResourceVersion},

@@ -34,6 +34,7 @@ const (
 	// IPv4 address the pod network's CNI gives the VMI's pod, which
 	// KubeVirt reports for its pod-network interface. Tests set a
 	// loopback address they serve on; without it the address is made up.
+	// Nodes' kubelet gives it to the VMI's virt-launcher pod.
 	AnnotationPodIP = "kubevirtsim.caddy-proxmox.io/pod-ip"
 	// AnnotationGuestOS selects the guest OS fixture reported through the
 	// agent: "debian" (default) or "windows".

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -45,14 +46,22 @@ func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[st
 	}
 }
 
-// claimLookup describes the cached claims of namespace ns.
+// claimLookup describes the cached claims of namespace ns. The size of a
+// claim CDI made for a spec.storage DataVolume is its disk's: on a
+// Filesystem-mode claim CDI added its filesystem overhead, which PVE's
+// size= does not count.
 func claimLookup(q *request, ns string) translate.ClaimLookup {
 	return func(name string) (translate.ClaimInfo, bool) {
 		pvc := q.c.CachedPVC(ns, name)
 		if pvc == nil {
 			return translate.ClaimInfo{}, false
 		}
-		return translate.ClaimInfoOf(pvc), true
+		ci := translate.ClaimInfoOf(pvc)
+		filesystem := pvc.Spec.VolumeMode == nil || *pvc.Spec.VolumeMode == corev1.PersistentVolumeFilesystem
+		if dv := q.c.DataVolume(ns, name); ci.DataVolume && filesystem && dv != nil && dv.Spec.Storage != nil {
+			ci.Bytes = translate.DiskBytes(ci.Bytes, q.c.FilesystemOverhead(q.ctx(), pvc.Spec.StorageClassName), true)
+		}
+		return ci, true
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"kubevirt.io/client-go/containerizeddataimporter"
@@ -14,12 +13,13 @@ import (
 // TestUnknownProvisioner: CDI's StorageProfile of a class whose
 // provisioner CDI does not know has no access or volume modes, and CDI
 // leaves a DataVolume that names neither Pending for ever
-// (ErrClaimNotValid "no accessMode specified in StorageProfile"). A disk
-// on such storage is made ReadWriteOnce and Filesystem, and the create
-// task ends.
+// (ErrClaimNotValid "no accessMode specified in StorageProfile"). A file
+// downloaded to a directory storage on such a class fails its task at
+// once with CDI's reason (a disk's create task does the same:
+// integration's TestCreateOnStorageWithoutClaimProperties).
 func TestUnknownProvisioner(t *testing.T) {
 	ctx := context.Background()
-	const class, id = "unknown-csi", "7220"
+	const class, iso = "unknown-csi", "unknown.iso"
 	immediate := storagev1.VolumeBindingImmediate
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: "csi.example.com", VolumeBindingMode: &immediate}
 	if _, err := env.DirectKube.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
@@ -41,16 +41,13 @@ func TestUnknownProvisioner(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	r := realOnly(t)
+	r := realOnly(t, "local_storage {\n\t\t\tstorage_class "+class+"\n\t\t}")
 	r.timeout = time.Minute
-	must(t, r, "create", r.task("POST", "/nodes/"+firstNode+"/qemu", form("vmid", id, "name", "b-unknown-sc", "memory", "512", "scsi0", class+":1")))
-	t.Cleanup(func() { destroy(id).do(r) })
-	vm := vmObject(t, id)
-	pvc, err := env.DirectKube.CoreV1().PersistentVolumeClaims(vm.Namespace).Get(ctx, "vm-"+id+"-disk-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pvc.Spec.AccessModes) != 1 || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce || pvc.Spec.VolumeMode == nil || *pvc.Spec.VolumeMode != corev1.PersistentVolumeFilesystem {
-		t.Errorf("the disk's claim: %v %v", pvc.Spec.AccessModes, pvc.Spec.VolumeMode)
+	o := r.task("POST", "/nodes/"+firstNode+"/storage/local/download-url", form("content", "iso", "filename", iso, "url", "http://iso.example.com/"+iso))
+	t.Cleanup(func() { deleteISO("local", iso).do(r) })
+	// A file's claim names its volume mode (Filesystem), so CDI looks for
+	// access modes of that mode: "no matching accessMode specified …".
+	if exit, _ := o["exit"].(string); exit != "download failed: no matching accessMode specified in StorageProfile "+class {
+		t.Errorf("download to storage without claim properties: %s", brief(o))
 	}
 }
