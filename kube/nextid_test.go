@@ -1,22 +1,41 @@
 package kube
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
+
+// claimsCluster is tableCluster with clients for the vmid claims.
+func claimsCluster(t *testing.T) *Cluster {
+	t.Helper()
+	c := tableCluster(vmWithID("n", "a", "100", 0))
+	c.own.kube, c.own.kv = kubevirtsim.NewFakeClients()
+	c.opts.TaskNamespace = "default"
+	return c
+}
 
 // ReserveNextVMID hands each id out once per hold, per cluster: two
 // clients asking at once get different ids, another cluster's holds do
 // not count, and an id comes back once its hold has passed.
 func TestReserveNextVMID(t *testing.T) {
-	c := tableCluster(vmWithID("n", "a", "100", 0))
-	other := tableCluster(vmWithID("n", "a", "100", 0))
+	c, other := claimsCluster(t), claimsCluster(t)
+	ctx := context.Background()
 	t0 := time.Now()
 	next := func(c *Cluster, at time.Duration) int {
 		t.Helper()
-		id, ok := c.reserveNextVMID(100, t0.Add(at))
-		if !ok {
-			t.Fatal("no id")
+		id, ok, err := c.reserveNextVMID(ctx, 100, t0.Add(at))
+		if err != nil || !ok {
+			t.Fatal("no id", err)
 		}
 		return id
 	}
@@ -32,7 +51,74 @@ func TestReserveNextVMID(t *testing.T) {
 	if id := next(c, nextIDHold); id != 101 {
 		t.Fatalf("after 101's hold: %d, want 101 again", id)
 	}
-	if id, ok := c.ReserveNextVMID(100); !ok || id < 101 {
-		t.Fatalf("ReserveNextVMID = %d, %v", id, ok)
+	if id, ok, err := c.ReserveNextVMID(ctx, 100); err != nil || !ok || id < 101 {
+		t.Fatalf("ReserveNextVMID = %d, %v, %v", id, ok, err)
+	}
+}
+
+// An id a client was told is free (HoldVMID), or that a live claim holds
+// (a create in flight, maybe on another replica), is not offered; a
+// stale claim (its VM gone, its create long over) does not hold it.
+func TestReserveNextVMIDSkipsHeldAndClaimed(t *testing.T) {
+	c := claimsCluster(t)
+	ctx := context.Background()
+	c.HoldVMID(101)
+	claim := func(id, age string, created time.Time) {
+		_, err := c.own.kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: claimPrefix + id, Namespace: "default", CreationTimestamp: metav1.NewTime(created)},
+			Data:       map[string]string{"vmid": id, "namespace": "n", "name": "in-flight-" + age, "node": "node-b"},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("102", "new", time.Now())
+	claim("103", "old", time.Now().Add(-2*claimInFlight))
+	if id, ok, err := c.ReserveNextVMID(ctx, 100); err != nil || !ok || id != 103 {
+		t.Fatalf("ReserveNextVMID = %d, %v, %v; want 103 (101 held, 102 claimed)", id, ok, err)
+	}
+	if used, node, err := c.VMIDInUse(ctx, 102); err != nil || !used || node != "node-b" {
+		t.Fatalf("VMIDInUse(102) = %v, %q, %v; want in use on node-b", used, node, err)
+	}
+	if used, _, err := c.VMIDInUse(ctx, 104); err != nil || used {
+		t.Fatalf("VMIDInUse(104) = %v, %v; want free", used, err)
+	}
+}
+
+// A VM deleted a moment ago by another client is gone from the apiserver
+// but may still be cached; a create of its vmid takes over its stale
+// claim and must then resolve to the new VM alone, not to both (an
+// ambiguous id, which the API refused and undid the create for).
+func TestCreateVMOverStaleCachedVM(t *testing.T) {
+	c := poolCluster(t, Options{})
+	ctx := context.Background()
+	gone := vmWithID("default", "deleted-elsewhere", "4321", time.Minute)
+	gone.UID = "gone-uid"
+	gone.ResourceVersion = "1"
+	c.vms.put(gone, true) // as a cache that has not heard of the delete yet
+	if _, err := c.own.kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: claimPrefix + "4321", Namespace: "default", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Minute))},
+		Data:       map[string]string{"vmid": "4321", "namespace": "default", "name": "deleted-elsewhere", "uid": "gone-uid"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newVM := func(name string) *kubevirtv1.VirtualMachine {
+		vm := vmWithID("default", name, "4321", 0)
+		vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+		vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
+		return vm
+	}
+	created, err := c.CreateVM(ctx, newVM("made-now"))
+	if err != nil {
+		t.Fatalf("create over a stale claim: %v", err)
+	}
+	if g := mustGuest(t, c, 4321); g.VM.UID != created.UID {
+		t.Fatalf("vmid 4321 resolves to %s/%s, want the new VM", g.Namespace(), g.Name())
+	}
+	// And a second create of the id is refused with PVE's text.
+	_, err = c.CreateVM(ctx, newVM("made-later"))
+	var taken *VMIDTakenError
+	if !errors.As(err, &taken) || !strings.HasPrefix(err.Error(), "VM 4321 already exists on node '") {
+		t.Fatalf("second create: %v", err)
 	}
 }

@@ -24,10 +24,16 @@ const (
 
 // VMIDTakenError is returned when a create loses its vmid to another VM
 // or to a create in flight (on any replica).
-type VMIDTakenError struct{ VMID string }
+type VMIDTakenError struct {
+	VMID string
+	// Node is where the VM holding the id is (or is being created).
+	Node string
+}
 
-// Error is PVE's text for a taken vmid.
-func (e *VMIDTakenError) Error() string { return "VM " + e.VMID + " already exists" }
+// Error is PVE's text for a taken vmid (PVE::Cluster::check_vmid_unused).
+func (e *VMIDTakenError) Error() string {
+	return "VM " + e.VMID + " already exists on node '" + e.Node + "'"
+}
 
 // vmidClaim is a reservation of a vmid: the ConfigMap pve-vmid-<id> in
 // the task namespace. Creating an object is atomic in Kubernetes, so of
@@ -36,11 +42,15 @@ func (e *VMIDTakenError) Error() string { return "VM " + e.VMID + " already exis
 type vmidClaim struct {
 	c  *Cluster
 	cm *corev1.ConfigMap
+	// prev is the data of the stale claim taken over, if any.
+	prev map[string]string
 }
 
-// claimVMID reserves vmid for the VM ns/name. A claim left by a VM that
-// is gone (or by a create that never finished) is taken over.
-func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidClaim, error) {
+// claimVMID reserves vmid for the VM ns/name on node. A claim left by a
+// VM that is gone (or by a create that never finished) is taken over; the
+// claim returned then names that VM in prev, which is known to be gone
+// from the apiserver although a lagging cache may still show it.
+func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name, node string) (*vmidClaim, error) {
 	// Claims are the plugin's own records, shared by every caller and
 	// replica; callers need no rights on the task namespace.
 	cms := c.own.kube.CoreV1().ConfigMaps(c.opts.TaskNamespace)
@@ -49,12 +59,13 @@ func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidCl
 			Name: claimPrefix + vmid, Namespace: c.opts.TaskNamespace,
 			Labels: map[string]string{claimLabel: "true"},
 		},
-		Data: map[string]string{"vmid": vmid, "namespace": ns, "name": name},
+		Data: map[string]string{"vmid": vmid, "namespace": ns, "name": name, "node": node},
 	}
+	var prev map[string]string
 	for attempt := 0; attempt < 2; attempt++ {
 		out, err := cms.Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
-			return &vmidClaim{c: c, cm: out}, nil
+			return &vmidClaim{c: c, cm: out, prev: prev}, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("claiming vmid %s: %w", vmid, err)
@@ -70,15 +81,40 @@ func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidCl
 			if err != nil {
 				return nil, err
 			}
-			return nil, &VMIDTakenError{VMID: vmid}
+			return nil, &VMIDTakenError{VMID: vmid, Node: claimNode(cur, node)}
 		}
+		prev = cur.Data
 		uid, rv := cur.UID, cur.ResourceVersion
 		err = cms.Delete(ctx, cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return nil, fmt.Errorf("taking over the stale claim of vmid %s: %w", vmid, err)
 		}
 	}
-	return nil, &VMIDTakenError{VMID: vmid}
+	return nil, &VMIDTakenError{VMID: vmid, Node: node}
+}
+
+// claimNode is the node a claim's VM is on, or def for claims that do
+// not say (made by earlier versions).
+func claimNode(cm *corev1.ConfigMap, def string) string {
+	if n := cm.Data["node"]; n != "" {
+		return n
+	}
+	return def
+}
+
+// vmidClaimed tells whether a live claim holds vmid (a create in flight
+// on any replica, or a VM a lagging cache does not show yet), and on
+// which node.
+func (c *Cluster) vmidClaimed(ctx context.Context, vmid string) (bool, string, error) {
+	cm, err := c.own.kube.CoreV1().ConfigMaps(c.opts.TaskNamespace).Get(ctx, claimPrefix+vmid, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, "", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("reading the claim of vmid %s: %w", vmid, err)
+	}
+	live, err := c.claimLive(ctx, cm)
+	return live, claimNode(cm, ""), err
 }
 
 // claimLive tells whether a claim still holds its vmid: its VM exists
