@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,31 +12,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-
-	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
-
-// claimsCluster is tableCluster with clients for the vmid claims.
-func claimsCluster(t *testing.T) *Cluster {
-	t.Helper()
-	c := tableCluster(vmWithID("n", "a", "100", 0))
-	c.own.kube, c.own.kv = kubevirtsim.NewFakeClients()
-	c.opts.TaskNamespace = "default"
-	return c
-}
 
 // ReserveNextVMID hands each id out once per hold, per cluster: two
 // clients asking at once get different ids, another cluster's holds do
 // not count, and an id comes back once its hold has passed.
 func TestReserveNextVMID(t *testing.T) {
-	c, other := claimsCluster(t), claimsCluster(t)
-	ctx := context.Background()
+	c, other := tableCluster(vmWithID("n", "a", "100", 0)), tableCluster(vmWithID("n", "a", "100", 0))
 	t0 := time.Now()
 	next := func(c *Cluster, at time.Duration) int {
 		t.Helper()
-		id, ok, err := c.reserveNextVMID(ctx, 100, t0.Add(at))
-		if err != nil || !ok {
-			t.Fatal("no id", err)
+		id, ok := c.reserveNextVMID(100, t0.Add(at))
+		if !ok {
+			t.Fatal("no id")
 		}
 		return id
 	}
@@ -51,8 +40,8 @@ func TestReserveNextVMID(t *testing.T) {
 	if id := next(c, nextIDHold); id != 101 {
 		t.Fatalf("after 101's hold: %d, want 101 again", id)
 	}
-	if id, ok, err := c.ReserveNextVMID(ctx, 100); err != nil || !ok || id < 101 {
-		t.Fatalf("ReserveNextVMID = %d, %v, %v", id, ok, err)
+	if id, ok := c.ReserveNextVMID(100); !ok || id < 101 {
+		t.Fatalf("ReserveNextVMID = %d, %v", id, ok)
 	}
 }
 
@@ -60,28 +49,35 @@ func TestReserveNextVMID(t *testing.T) {
 // (a create in flight, maybe on another replica), is not offered; a
 // stale claim (its VM gone, its create long over) does not hold it.
 func TestReserveNextVMIDSkipsHeldAndClaimed(t *testing.T) {
-	c := claimsCluster(t)
+	c := poolCluster(t, Options{})
 	ctx := context.Background()
-	c.HoldVMID(101)
-	claim := func(id, age string, created time.Time) {
+	from, ok := c.NextVMID(100, nil) // the seeded VMs take some
+	if !ok {
+		t.Fatal("no free id")
+	}
+	id := func(n int) string { return strconv.Itoa(from + n) }
+	c.HoldVMID(from)
+	claim := func(vmid string, created time.Time) {
 		_, err := c.own.kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: claimPrefix + id, Namespace: "default", CreationTimestamp: metav1.NewTime(created)},
-			Data:       map[string]string{"vmid": id, "namespace": "n", "name": "in-flight-" + age, "node": "node-b"},
+			ObjectMeta: metav1.ObjectMeta{Name: claimPrefix + vmid, Namespace: "default", CreationTimestamp: metav1.NewTime(created),
+				Labels: map[string]string{claimLabel: "true"}},
+			Data: map[string]string{"vmid": vmid, "namespace": "default", "name": "in-flight-" + vmid, "node": "node-b"},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		waitFor(t, "the claim in the cache", func() bool { return c.vmidClaims.get("default", claimPrefix+vmid) != nil })
 	}
-	claim("102", "new", time.Now())
-	claim("103", "old", time.Now().Add(-2*claimInFlight))
-	if id, ok, err := c.ReserveNextVMID(ctx, 100); err != nil || !ok || id != 103 {
-		t.Fatalf("ReserveNextVMID = %d, %v, %v; want 103 (101 held, 102 claimed)", id, ok, err)
+	claim(id(1), time.Now())
+	claim(id(2), time.Now().Add(-2*claimInFlight))
+	if got, ok := c.ReserveNextVMID(from); !ok || got != from+2 {
+		t.Fatalf("ReserveNextVMID = %d, %v; want %d (%d held, %d claimed)", got, ok, from+2, from, from+1)
 	}
-	if used, node, err := c.VMIDInUse(ctx, 102); err != nil || !used || node != "node-b" {
-		t.Fatalf("VMIDInUse(102) = %v, %q, %v; want in use on node-b", used, node, err)
+	if used, node := c.VMIDInUse(from + 1); !used || node != "node-b" {
+		t.Fatalf("VMIDInUse(claimed) = %v, %q; want in use on node-b", used, node)
 	}
-	if used, _, err := c.VMIDInUse(ctx, 104); err != nil || used {
-		t.Fatalf("VMIDInUse(104) = %v, %v; want free", used, err)
+	if used, _ := c.VMIDInUse(from + 3); used {
+		t.Fatal("VMIDInUse(free) = true")
 	}
 }
 

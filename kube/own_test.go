@@ -41,7 +41,6 @@ var ownUsers = map[string]string{
 	"Cluster.reapplySnapshotConfig": "task judging, after the request ended, on any replica",
 	"Cluster.claimVMID":             "vmid claims: the plugin's records",
 	"Cluster.claimLive":             "a claim's VM may be one the caller cannot read",
-	"Cluster.vmidClaimed":           "vmid claims: the plugin's records (a create in flight holds its id for everyone)",
 	"vmidClaim.commit":              "vmid claims: the plugin's records",
 	"vmidClaim.release":             "vmid claims: the plugin's records",
 	"Tasks.Begin":                   "task records: the plugin's",

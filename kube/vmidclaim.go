@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
@@ -65,6 +67,7 @@ func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name, node string) (*
 	for attempt := 0; attempt < 2; attempt++ {
 		out, err := cms.Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
+			c.vmidClaims.put(out, true)
 			return &vmidClaim{c: c, cm: out, prev: prev}, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -102,19 +105,28 @@ func claimNode(cm *corev1.ConfigMap, def string) string {
 	return def
 }
 
-// vmidClaimed tells whether a live claim holds vmid (a create in flight
-// on any replica, or a VM a lagging cache does not show yet), and on
-// which node.
-func (c *Cluster) vmidClaimed(ctx context.Context, vmid string) (bool, string, error) {
-	cm, err := c.own.kube.CoreV1().ConfigMaps(c.opts.TaskNamespace).Get(ctx, claimPrefix+vmid, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, "", nil
+// vmidClaimed tells, from the cache, whether a claim holds vmid (a create
+// in flight on any replica, or a VM the VM cache does not show yet), and
+// on which node. Only /cluster/nextid's answers depend on it (CreateVM's
+// claim is the atomic check), so the cache's lag is acceptable there, and
+// asking the apiserver on every call was not: its client's rate limit
+// made nextid take seconds under load (bpg gives it six).
+func (c *Cluster) vmidClaimed(vmid string) (bool, string) {
+	cm := cached[corev1.ConfigMap](c.vmidClaims, c.opts.TaskNamespace, claimPrefix+vmid)
+	if cm == nil {
+		return false, ""
 	}
-	if err != nil {
-		return false, "", fmt.Errorf("reading the claim of vmid %s: %w", vmid, err)
+	if time.Since(cm.CreationTimestamp.Time) < claimInFlight {
+		return true, claimNode(cm, "")
 	}
-	live, err := c.claimLive(ctx, cm)
-	return live, claimNode(cm, ""), err
+	vm := cached[kubevirtv1.VirtualMachine](c.vms, cm.Data["namespace"], cm.Data["name"])
+	if vm == nil {
+		return false, ""
+	}
+	if uid := cm.Data["uid"]; uid != "" {
+		return string(vm.UID) == uid, claimNode(cm, "")
+	}
+	return vm.Labels[translate.LabelVMID] == vmid, claimNode(cm, "")
 }
 
 // claimLive tells whether a claim still holds its vmid: its VM exists
@@ -142,7 +154,10 @@ func (c *Cluster) claimLive(ctx context.Context, cm *corev1.ConfigMap) (bool, er
 // commit records the created VM's UID, so the claim ends with that VM.
 func (cl *vmidClaim) commit(ctx context.Context, uid types.UID) {
 	cl.cm.Data["uid"] = string(uid)
-	if _, err := cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Update(ctx, cl.cm, metav1.UpdateOptions{}); err != nil {
+	out, err := cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Update(ctx, cl.cm, metav1.UpdateOptions{})
+	if err == nil {
+		cl.c.vmidClaims.put(out, false)
+	} else {
 		// The VM carries the label; the claim stays valid through it.
 		cl.c.logger.Debug("recording the vmid claim", zap.String("claim", cl.cm.Name), zap.Error(err))
 	}
@@ -151,5 +166,7 @@ func (cl *vmidClaim) commit(ctx context.Context, uid types.UID) {
 // release gives the vmid back after a failed create.
 func (cl *vmidClaim) release(ctx context.Context) {
 	uid := cl.cm.UID
-	_ = cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Delete(ctx, cl.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err := cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Delete(ctx, cl.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err == nil {
+		cl.c.vmidClaims.drop(cl.cm)
+	}
 }

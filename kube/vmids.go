@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -139,18 +138,18 @@ func (c *Cluster) table() *vmidTable {
 func (c *Cluster) VMIDTaken(id int) bool { return c.table().taken(id) }
 
 // VMIDInUse tells whether id is taken by a VM the cache shows or by a
-// live claim on the apiserver (a create in flight on any replica, or one
-// that finished a moment ago and is not cached yet), and on which node
-// ("" when that is not known). Unlike VMIDTaken it asks the apiserver, so
-// that /cluster/nextid never offers an id that was just taken.
-func (c *Cluster) VMIDInUse(ctx context.Context, id int) (bool, string, error) {
+// live claim (a create in flight on any replica, or one that finished a
+// moment ago whose VM is not cached yet), and on which node ("" when that
+// is not known), so that /cluster/nextid never offers an id that was just
+// taken.
+func (c *Cluster) VMIDInUse(id int) (bool, string) {
 	if g, err := c.Guest(id); err == nil {
-		return true, g.Node, nil
+		return true, g.Node
 	}
 	if c.VMIDTaken(id) {
-		return true, "", nil
+		return true, ""
 	}
-	return c.vmidClaimed(ctx, strconv.Itoa(id))
+	return c.vmidClaimed(strconv.Itoa(id))
 }
 
 // nextIDHold is how long an id /cluster/nextid offered stays out of its
@@ -189,36 +188,32 @@ func (c *Cluster) HoldVMID(id int) {
 }
 
 // ReserveNextVMID is NextVMID for /cluster/nextid: it skips the ids it
-// offered (or HoldVMID held) in the last 30 s, and those a live claim on
-// the apiserver holds, and holds the one it returns as long, so that two
+// offered (or HoldVMID held) in the last 30 s, and those a live claim
+// holds, and holds the one it returns as long, so that two
 // clients asking at once are not given the same id, nor one whose create
 // is under way. The holds belong to this cluster connection; replicas
 // meet at the claims.
-func (c *Cluster) ReserveNextVMID(ctx context.Context, from int) (int, bool, error) {
-	return c.reserveNextVMID(ctx, from, time.Now())
+func (c *Cluster) ReserveNextVMID(from int) (int, bool) {
+	return c.reserveNextVMID(from, time.Now())
 }
 
-func (c *Cluster) reserveNextVMID(ctx context.Context, from int, now time.Time) (int, bool, error) {
+func (c *Cluster) reserveNextVMID(from int, now time.Time) (int, bool) {
 	h := &c.nextIDs
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.expire(now)
 	held := func(id int) bool { _, ok := h.held[id]; return ok }
-	for {
-		id, ok := c.NextVMID(from, held)
-		if !ok {
-			return 0, false, nil
+	id, ok := c.NextVMID(from, func(id int) bool {
+		if held(id) {
+			return true
 		}
-		claimed, _, err := c.vmidClaimed(ctx, strconv.Itoa(id))
-		if err != nil {
-			return 0, false, err
-		}
-		if !claimed {
-			h.hold(id, now)
-			return id, true, nil
-		}
-		from = id + 1
+		claimed, _ := c.vmidClaimed(strconv.Itoa(id))
+		return claimed
+	})
+	if ok {
+		h.hold(id, now)
 	}
+	return id, ok
 }
 
 // NextVMID returns the lowest free vmid at or above from, like PVE's

@@ -147,20 +147,13 @@ func (h *APIHandler) getNextID(q *request) (any, *apiError) {
 		if err != nil {
 			return nil, paramErr("vmid", "%v", err)
 		}
-		used, _, err := q.c.VMIDInUse(q.ctx(), id)
-		if err != nil {
-			return nil, kubeError(err)
-		}
-		if used {
+		if used, _ := q.c.VMIDInUse(id); used {
 			return nil, paramErr("vmid", "VM %d already exists", id)
 		}
 		q.c.HoldVMID(id)
 		return strconv.Itoa(id), nil
 	}
-	id, ok, err := q.c.ReserveNextVMID(q.ctx(), translate.MinVMID)
-	if err != nil {
-		return nil, kubeError(err)
-	}
+	id, ok := q.c.ReserveNextVMID(translate.MinVMID)
 	if !ok {
 		return nil, newError(http.StatusInternalServerError, "unable to get any free VMID in range [%d, %d]", translate.MinVMID, translate.MaxVMID)
 	}
