@@ -53,3 +53,34 @@ func TestFailedCloneRemovesItsVM(t *testing.T) {
 		t.Fatalf("a failed create's VM: %v", err)
 	}
 }
+
+// TestInterruptTask: a stopped task ends at once with PVE's "received
+// interrupt"; a clone stopped so is a failed clone, and its VM goes.
+func TestInterruptTask(t *testing.T) {
+	e := newEnv(t, envOptions{}) // no controller: nothing reaches a goal
+	c := e.cluster(Options{}, false)
+	start, err := c.Tasks.Begin(e.ctx, specFor(mustGuest(t, c, 100), GoalRunning, translate.TaskStart))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clone := mustGuest(t, c, 101)
+	cloning, err := c.Tasks.Begin(e.ctx, specFor(clone, GoalProvisioned, translate.TaskClone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPasses(t, c, 1)
+	for _, task := range []*Task{start, cloning} {
+		if got, _ := c.Tasks.Get(e.ctx, task.UPID.String()); !got.Running() {
+			t.Fatalf("%s ended before it was stopped: %q", task.UPID.Type, got.ExitStatus)
+		}
+		c.Tasks.Interrupt(e.ctx, task.UPID.String())
+		waitRecord(t, e, "default", task.UPID, ExitInterrupted)
+	}
+	eventually(t, "the stopped clone's VM to go", func() (bool, string) {
+		_, err := e.kv.KubevirtV1().VirtualMachines(clone.Namespace()).Get(e.ctx, clone.Name(), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "VM still there"
+	})
+	if _, err := e.kv.KubevirtV1().VirtualMachines("default").Get(e.ctx, mustGuest(t, c, 100).Name(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("the stopped start's VM: %v", err)
+	}
+}

@@ -869,6 +869,17 @@ func startBlocked(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineI
 	return ""
 }
 
+// ExitInterrupted is the exit status of a task stopped by DELETE
+// …/tasks/{upid}: PVE's worker dies with "received interrupt" on the
+// signal pve-manager sends it (PVE::RESTEnvironment::fork_worker).
+const ExitInterrupted = "received interrupt"
+
+// Interrupt ends the running task upid as a stopped PVE worker ends: its
+// goal is no longer waited for, and a clone's half-made VM is removed.
+func (ts *Tasks) Interrupt(ctx context.Context, upid string) {
+	ts.fail(ctx, upid, ExitInterrupted)
+}
+
 // fail ends the running task upid with exit, as its worker would.
 func (ts *Tasks) fail(ctx context.Context, upid, exit string) {
 	u, err := translate.ParseUPID(upid)
