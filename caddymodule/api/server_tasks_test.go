@@ -49,3 +49,26 @@ func TestStopTask(t *testing.T) {
 		t.Fatalf("stopping an unknown task: %s %s", ans.Status, ans.Raw)
 	}
 }
+
+// Someone else's task takes Sys.Modify on its node to stop (pve-manager's
+// stop_task); seeing it (Sys.Audit) is not enough.
+func TestStopTaskOfAnother(t *testing.T) {
+	admin, auditor := asIdentity(t, "admin@pve"), asIdentity(t, "auditor@pve")
+	node := nodeNames(t, admin)[0]
+	src := newMigrateVM(t, admin, node, "stop-other-src", "local-lvm")
+	var newID, upid string
+	admin.OK("GET", "/cluster/nextid", nil, &newID)
+	t.Cleanup(func() {
+		for _, vmid := range []string{newID, src} {
+			admin.Do("DELETE", "/nodes/"+node+"/qemu/"+vmid, url.Values{"purge": {"1"}})
+		}
+	})
+	admin.OK("POST", "/nodes/"+node+"/qemu/"+src+"/clone", url.Values{"newid": {newID}, "full": {"1"}}, &upid)
+	if ans := auditor.Do("DELETE", "/nodes/"+node+"/tasks/"+upid, nil); ans.Code != 403 || ans.Message != "Permission check failed (/nodes/"+node+", Sys.Modify)\n" {
+		t.Fatalf("an auditor stopping admin's task: %s %q", ans.Status, ans.Message)
+	}
+	admin.OK("DELETE", "/nodes/"+node+"/tasks/"+upid, nil, nil)
+	if exit := admin.WaitTask(upid); exit != "received interrupt" {
+		t.Fatalf("stopped by its owner: %s", exit)
+	}
+}
