@@ -174,11 +174,8 @@ func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
 		row.Agent = 1
 	}
 	if f.state.Running() {
-		row.RunningMachine = "pc-q35-9.0+pve0"
-		if g.VMI != nil && g.VMI.Spec.Domain.Machine != nil && g.VMI.Spec.Domain.Machine.Type != "" {
-			row.RunningMachine = g.VMI.Spec.Domain.Machine.Type
-		}
-		row.RunningQEMU = "9.0.2"
+		row.RunningMachine = translate.RunningMachine(g.VMI)
+		row.RunningQEMU = translate.RunningQEMU
 	}
 	return row
 }
