@@ -371,6 +371,7 @@ func (n *Nodes) migrate(vmi *virtv1.VirtualMachineInstance, wait string, now tim
 		ms.TargetState.DomainReadyTimestamp = &mt
 	}
 	removeVMICondition(vmi, virtv1.VirtualMachineInstanceMigrationRequired)
+	hotplugOnTarget(vmi)
 	if vmi.Labels == nil {
 		vmi.Labels = map[string]string{}
 	}

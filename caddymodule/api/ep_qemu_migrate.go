@@ -131,6 +131,11 @@ func vmLocked(c *kube.Cluster, g kube.Guest) *apiError {
 	if l != "" {
 		return newError(http.StatusInternalServerError, "VM is locked (%s)", l)
 	}
+	if c.MigratingItself(g) {
+		// No lock of the user's, but KubeVirt runs one migration of an
+		// instance at a time.
+		return newError(http.StatusInternalServerError, "VM %d is being live-migrated by KubeVirt to apply a CPU or memory change; try again once it has finished", g.VMID)
+	}
 	return nil
 }
 
