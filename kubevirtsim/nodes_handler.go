@@ -136,6 +136,9 @@ func (n *Nodes) refreshDomain(vmi *virtv1.VirtualMachineInstance, wait string, n
 	n.volumeTargets(vmi)
 	agent := agentConnected(vmi, nil) && n.waited(wait+"agent", n.opts.AgentDelay) == 0
 	vmi.Status.Interfaces = n.interfaces(vmi, agent)
+	if agent {
+		vmi.Status.Interfaces = append(vmi.Status.Interfaces, guestOnlyInterfaces(vmi)...)
+	}
 	migrationConditions(vmi)
 	if agent {
 		if findVMICondition(vmi, virtv1.VirtualMachineInstanceAgentConnected) == nil {
