@@ -79,6 +79,14 @@ func (c *Cluster) Migrating(g Guest) bool {
 	return false
 }
 
+// NoUserMigration tells whether the plugin knows that no migration of
+// g's instance a user asked for is under way (it watches migrations, and
+// none that is not KubeVirt's own has ended): then a printable status
+// Migrating is KubeVirt's own migration, or one that has just ended.
+func (c *Cluster) NoUserMigration(g Guest) bool {
+	return c.migrations != nil && !c.Migrating(g)
+}
+
 // MigratingItself tells whether KubeVirt is live-migrating g's instance
 // on its own (see automatic), which KubeVirt lets no other migration
 // overlap.

@@ -124,7 +124,9 @@ func (h *APIHandler) parseMigrate(q *request) (migrateRequest, *apiError) {
 // vmLocked is PVE's check_lock refusal; a migration KubeVirt has not
 // finished holds the migrate lock from the moment it was asked for.
 func vmLocked(c *kube.Cluster, g kube.Guest) *apiError {
-	l := factsOf(nil, g, time.Now()).state.Lock
+	f := factsOf(nil, g, time.Now())
+	f.dropMigrateLock(c.NoUserMigration(g))
+	l := f.state.Lock
 	if l == "" && c.Migrating(g) {
 		l = translate.LockMigrate
 	}
