@@ -71,6 +71,12 @@ const (
 	GoalImported Goal = "imported"
 	// GoalClaimGone: the claim Namespace/Name (UID) no longer exists.
 	GoalClaimGone Goal = "claim-gone"
+	// GoalLiveUpdated: KubeVirt has taken the CPU sockets and guest
+	// memory of the VM's generation TaskSpec.Object (or a later one) into
+	// its running instance, or said they need a restart
+	// (translate.LiveUpdateTaken). It never fails: past its deadline the
+	// change shows as pending.
+	GoalLiveUpdated Goal = "live-updated"
 )
 
 // lagGrace is how long a task waits for an object it was started about to
@@ -715,6 +721,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			}
 			return true, translate.ExitOK, lines
 		}
+	case GoalLiveUpdated:
+		gen, _ := strconv.ParseInt(t.object, 10, 64)
+		if vm == nil || final || (vm.Generation >= gen && translate.LiveUpdateTaken(vm, vmi)) {
+			return true, translate.ExitOK, nil
+		}
 	case GoalSession, GoalWorker:
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
@@ -765,6 +776,8 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, sessionTimeoutExit(t), nil
 		case GoalWorker:
 			return true, ExitWorkerLost, nil
+		case GoalLiveUpdated:
+			return true, translate.ExitOK, []string{"KubeVirt has not applied the CPU or memory change to the running VM yet: it shows as pending"}
 		}
 		switch t.goal {
 		case GoalImported:
