@@ -142,6 +142,9 @@ func (n *Nodes) refreshDomain(vmi *virtv1.VirtualMachineInstance, wait string, n
 	n.volumeTargets(vmi)
 	agent := n.agentConnected(vmi) && n.waited(wait+"agent", n.opts.AgentDelay) == 0
 	vmi.Status.Interfaces = n.interfaces(vmi, agent)
+	if agent {
+		vmi.Status.Interfaces = append(vmi.Status.Interfaces, guestOnlyInterfaces(vmi)...)
+	}
 	migrationConditions(vmi)
 	if agent {
 		if findVMICondition(vmi, virtv1.VirtualMachineInstanceAgentConnected) == nil {
@@ -409,6 +412,7 @@ func (n *Nodes) migrate(vmi *virtv1.VirtualMachineInstance, wait string, now tim
 		ms.TargetState.DomainReadyTimestamp = &mt
 	}
 	removeVMICondition(vmi, virtv1.VirtualMachineInstanceMigrationRequired)
+	hotplugOnTarget(vmi)
 	if vmi.Labels == nil {
 		vmi.Labels = map[string]string{}
 	}
