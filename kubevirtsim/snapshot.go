@@ -322,23 +322,23 @@ func volumesOfContent(vm *virtv1.VirtualMachine, content *snapshotv1.VirtualMach
 // instance (online), the one it was started with, with only its volumes,
 // disks and DataVolume templates current (KubeVirt's vmSnapshotSource
 // Spec, from the start's ControllerRevision); else the current one. The
-// instance's spec is the start's, less the defaults the simulation adds to
-// it (firmware UUID, default disks and pod network).
+// simulation keeps no revision: the instance's CPU topology and guest
+// memory stand for the start's (what a restart applies), the rest of its
+// spec carries the simulation's own defaults.
 func (s *snapshots) sourceSpec(vm *virtv1.VirtualMachine) virtv1.VirtualMachineSpec {
 	spec := *vm.Spec.DeepCopy()
 	vmi := getCached[*virtv1.VirtualMachineInstance](s.c.vmiInformer, vm.Namespace, vm.Name)
 	if vmi == nil || spec.Template == nil {
 		return spec
 	}
-	cur := spec.Template.Spec
-	start := *vmi.Spec.DeepCopy()
-	start.Domain.Firmware = cur.Domain.Firmware
-	start.Volumes = cur.Volumes
-	start.Domain.Devices.Disks = cur.Domain.Devices.Disks
-	if len(cur.Domain.Devices.Interfaces) == 0 && len(cur.Networks) == 0 {
-		start.Domain.Devices.Interfaces, start.Networks = nil, nil
+	d, live := &spec.Template.Spec.Domain, vmi.Spec.Domain
+	if d.CPU != nil && live.CPU != nil {
+		d.CPU.Sockets, d.CPU.Cores, d.CPU.Threads = live.CPU.Sockets, live.CPU.Cores, live.CPU.Threads
 	}
-	spec.Template.Spec = start
+	if d.Memory != nil && live.Memory != nil && live.Memory.Guest != nil {
+		g := live.Memory.Guest.DeepCopy()
+		d.Memory.Guest = &g
+	}
 	return spec
 }
 
