@@ -26,6 +26,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -378,20 +379,57 @@ func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
 	return out
 }
 
+// The transforms below decide what the informer caches hold: what the
+// API reads, not what the cluster stores. No write is ever built from a
+// cached object as a whole: VMs are changed by JSON patches of the parts
+// the API owns (ReplaceVM: the template spec, the DataVolume templates,
+// its own labels and annotations, guarded by resourceVersion), claims and
+// DataVolumes by merge patches, instances never. So a VM keeps its whole
+// spec (ReplaceVM writes back an edited copy of the cached template spec,
+// and clones copy it), while metadata and statuses lose what no reader
+// reads. A map the cluster had stays non-nil, even emptied: ReplaceVM
+// creates the annotation and label maps when the cached VM has none, which
+// would replace the cluster's.
+
+// stripVM keeps of a VM's annotations only the plugin's own (the stored
+// PVE config and friends; KubeVirt's bookkeeping is never read) and drops
+// its finalizers.
 func stripVM(obj any) (any, error) {
+	if vm, ok := obj.(*kubevirtv1.VirtualMachine); ok {
+		vm.Annotations = keepOwn(vm.Annotations)
+		vm.Finalizers = nil
+	}
 	return stripMeta(obj)
 }
 
+// stripVMI keeps of an instance what the API reads: its status (phase and
+// its times, conditions, node, interfaces, guest OS, machine, CPU topology,
+// memory, the failure reason of a migration) and, of its spec, the
+// running sizing, machine, disks and NICs (pending view, console checks)
+// and hostname. The rest of the spec repeats the VM's template.
 func stripVMI(obj any) (any, error) {
 	if vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance); ok {
-		// The API reads only domain sizing and status; volumes and the rest of
-		// the domain are dead weight in the cache.
-		vmi.Spec.Volumes = nil
-		vmi.Spec.Affinity = nil
-		vmi.Spec.Tolerations = nil
+		d := vmi.Spec.Domain
+		vmi.Spec = kubevirtv1.VirtualMachineInstanceSpec{
+			Hostname: vmi.Spec.Hostname,
+			Domain: kubevirtv1.DomainSpec{
+				Resources: d.Resources, CPU: d.CPU, Memory: d.Memory, Machine: d.Machine,
+				Devices: kubevirtv1.Devices{
+					Disks: d.Devices.Disks, Interfaces: d.Devices.Interfaces,
+					AutoattachGraphicsDevice: d.Devices.AutoattachGraphicsDevice,
+					AutoattachSerialConsole:  d.Devices.AutoattachSerialConsole,
+				},
+			},
+		}
+		vmi.Finalizers = nil
 		vmi.Status.VolumeStatus = nil
 		vmi.Status.KernelBootStatus = nil
-		vmi.Status.MigrationState = nil
+		if m := vmi.Status.MigrationState; m != nil {
+			vmi.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{
+				MigrationUID: m.MigrationUID, FailureReason: m.FailureReason,
+				Completed: m.Completed, Failed: m.Failed,
+			}
+		}
 		// Bookkeeping of virt-controller and virt-handler no answer shows.
 		vmi.Status.ActivePods = nil
 		vmi.Status.LauncherContainerImageVersion = ""
@@ -410,16 +448,40 @@ func stripVMI(obj any) (any, error) {
 
 // stripStorage keeps of a claim's or DataVolume's labels and annotations
 // only the plugin's own: CDI and the volume controllers leave a dozen on
-// each claim (binding, populator progress, provisioner), none read here,
-// and claims are only ever patched, so what the cache lacks is never
-// written back.
+// each claim (binding, populator progress, provisioner), none read here.
+// Of a claim's spec and status it keeps what sizes, places and binds it.
 func stripStorage(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetLabels(ownKeys(m.GetLabels()))
 		m.SetAnnotations(ownKeys(m.GetAnnotations()))
 		m.SetFinalizers(nil)
 	}
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		o.Spec.VolumeName = ""
+		o.Spec.Selector = nil
+		o.Spec.DataSource = nil
+		o.Spec.DataSourceRef = nil
+		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase, Capacity: o.Status.Capacity}
+	case *cdiv1.DataVolume:
+		o.Spec.Checkpoints = nil
+		for i := range o.Status.Conditions {
+			o.Status.Conditions[i].LastHeartbeatTime = metav1.Time{}
+		}
+	}
 	return stripMeta(obj)
+}
+
+// keepOwn is ownKeys for a map the cluster sets: nil stays nil, and a map
+// left without keys stays a map.
+func keepOwn(in map[string]string) map[string]string {
+	if in == nil {
+		return nil
+	}
+	if out := ownKeys(in); out != nil {
+		return out
+	}
+	return map[string]string{}
 }
 
 // ownKeys is the part of a label or annotation map under the plugin's
