@@ -186,7 +186,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 
 	// The informers read as the plugin: one cache serves every caller, and
 	// what each caller may see is decided per object (access.go).
-	c.vms = newStore(runCtx, c.own.kube, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
+	c.vms = newStore(runCtx, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).List(ctx, o)
 		},
@@ -194,7 +194,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, stripVM, vmChanged)
-	c.vmis = newStore(runCtx, c.own.kube, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
+	c.vmis = newStore(runCtx, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
 		},
@@ -202,7 +202,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, nil, stripVMI, vmiChanged)
-	c.nodes = newStore(runCtx, c.own.kube, nil, &corev1.Node{}, listWatchFuncs{
+	c.nodes = newStore(runCtx, nil, &corev1.Node{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.CoreV1().Nodes().List(ctx, o)
 		},
@@ -210,7 +210,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}, c.opts.Resync, nil, stripNode, nodeChanged)
-	c.storageClasses = newStore(runCtx, c.own.kube, nil, &storagev1.StorageClass{}, listWatchFuncs{
+	c.storageClasses = newStore(runCtx, nil, &storagev1.StorageClass{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.StorageV1().StorageClasses().List(ctx, o)
 		},
@@ -219,7 +219,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, nil, stripMeta, nil)
 	if len(ns) == 0 {
-		c.namespaces = newStore(runCtx, c.own.kube, nil, &corev1.Namespace{}, listWatchFuncs{
+		c.namespaces = newStore(runCtx, nil, &corev1.Namespace{}, listWatchFuncs{
 			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 				return c.own.kube.CoreV1().Namespaces().List(ctx, o)
 			},
@@ -228,7 +228,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			},
 		}, c.opts.Resync, nil, stripMeta, poolsChanged)
 	}
-	c.tasks = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+	c.tasks = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = taskLabel + "=true"
 			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
@@ -238,7 +238,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
-	c.poolRecords = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+	c.poolRecords = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = translate.LabelPoolRecord + "=true"
 			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
@@ -249,7 +249,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, nil, stripMeta, poolsChanged)
 
-	c.pvcs = newStore(runCtx, c.own.kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
+	c.pvcs = newStore(runCtx, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, o)
 		},
