@@ -449,7 +449,8 @@ func stripVMI(obj any) (any, error) {
 // stripStorage keeps of a claim's or DataVolume's labels and annotations
 // only the plugin's own: CDI and the volume controllers leave a dozen on
 // each claim (binding, populator progress, provisioner), none read here.
-// Of a claim's spec and status it keeps what sizes, places and binds it.
+// Of a claim's spec and status it keeps what sizes, places and binds it;
+// of a DataVolume's spec its source. Both are only ever merge-patched.
 func stripStorage(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetLabels(ownKeys(m.GetLabels()))
@@ -463,8 +464,22 @@ func stripStorage(obj any) (any, error) {
 		o.Spec.DataSource = nil
 		o.Spec.DataSourceRef = nil
 		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase, Capacity: o.Status.Capacity}
+		// Usually what was asked is what there is: one map for both.
+		if q, ok := o.Status.Capacity[corev1.ResourceStorage]; ok && len(o.Status.Capacity) == 1 && len(o.Spec.Resources.Requests) == 1 {
+			if r, ok := o.Spec.Resources.Requests[corev1.ResourceStorage]; ok && r.Cmp(q) == 0 {
+				o.Status.Capacity = o.Spec.Resources.Requests
+			}
+		}
 	case *cdiv1.DataVolume:
-		o.Spec.Checkpoints = nil
+		// Of its spec only the source is read (what a download or upload
+		// task reports); of an http source the URL, not its headers or
+		// secrets.
+		src := o.Spec.Source
+		if src != nil && src.HTTP != nil {
+			src.HTTP = &cdiv1.DataVolumeSourceHTTP{URL: src.HTTP.URL}
+		}
+		o.Spec = cdiv1.DataVolumeSpec{Source: src}
+		o.Status.ClaimName = ""
 		for i := range o.Status.Conditions {
 			o.Status.Conditions[i].LastHeartbeatTime = metav1.Time{}
 		}
