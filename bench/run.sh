@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints the benchmark table: proxmox_api next to Caddy's respond serving
 # the same body at 10, 1,000 and 10,000 VMs (loaded alternately, so that
-# the ratios hold on a busy machine), status/current's latency by size,
+# the ratios hold on a busy machine), and next to file_server sending it
+# from a file (respond re-scans big bodies for placeholders), status/current's latency by size,
 # the cache memory per VM, and the task worker with many running tasks.
 #
 #   ./bench/run.sh                  2 s of load per side and endpoint
