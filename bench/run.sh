@@ -2,8 +2,9 @@
 # Prints the benchmark table: proxmox_api next to Caddy's respond serving
 # the same body at 10, 1,000 and 10,000 VMs (loaded alternately, so that
 # the ratios hold on a busy machine), and next to file_server sending it
-# from a file (respond re-scans big bodies for placeholders), status/current's latency by size,
-# the cache memory per VM, and the task worker with many running tasks.
+# from a file (respond re-scans big bodies for placeholders),
+# status/current's latency by size, the cache memory per VM, and the task
+# worker with many running tasks.
 #
 #   ./bench/run.sh                  2 s of load per side and endpoint
 #   BENCH_SIDE=5s ./bench/run.sh    longer, steadier (BENCHTIME is the same)
