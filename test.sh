@@ -4,9 +4,10 @@
 # chromium, noVNC and xterm.js from the npm registry; kube-apiserver, etcd,
 # kube-scheduler, kube-controller-manager, KubeVirt's virt-api and
 # virt-controller and CDI's controller and API server, built from the Go
-# module proxy and cached), builds ./caddy,
-# then vets, tests, runs the bpg Terraform provider's own acceptance tests
-# against ./caddy (testenv/bpg/run.sh) and briefly fuzzes.
+# module proxy and cached), builds ./caddy, then vets, tests (the
+# integration package on both backends: the stand-in controller, then the
+# real control plane), runs the bpg Terraform provider's own acceptance
+# tests against ./caddy (testenv/bpg/run.sh) and briefly fuzzes.
 #
 #   ./test.sh              everything
 #   FUZZTIME=10s ./test.sh longer fuzzing
@@ -52,6 +53,15 @@ go vet ./...
 
 echo "== go test (in random order: no test may depend on another's leftovers)"
 go test -count=1 -shuffle on -timeout 20m ./...
+
+# The integration package again on the real control plane (KubeVirt's
+# virt-controller, CDI, kube-scheduler, kube-controller-manager; stand-ins
+# only for what needs a node): the same tests and clients as above, which
+# ran on the stand-in controller (internal/realcluster, EnvBackend).
+echo "== integration and real-client suites on the real control plane (CADDY_PROXMOX_BACKEND=real)"
+real_start=$(date +%s)
+CADDY_PROXMOX_BACKEND=real go test -count=1 -shuffle on -timeout 30m ./integration/
+echo "real control plane integration run: $(( $(date +%s) - real_start ))s"
 
 echo "== bpg Terraform provider acceptance tests (testenv/bpg)"
 testenv/bpg/run.sh

@@ -72,11 +72,45 @@ func (c *Cluster) Migrating(g Guest) bool {
 		return false
 	}
 	for _, o := range c.migrations.byIndex(migrationVMIIndex, g.Namespace()+"/"+g.Name()) {
-		if m := o.(*kubevirtv1.VirtualMachineInstanceMigration); !m.IsFinal() && m.DeletionTimestamp == nil {
+		if m := o.(*kubevirtv1.VirtualMachineInstanceMigration); !m.IsFinal() && m.DeletionTimestamp == nil && !automatic(m) {
 			return true
 		}
 	}
 	return false
+}
+
+// NoUserMigration tells whether the plugin knows that no migration of
+// g's instance a user asked for is under way (it watches migrations, and
+// none that is not KubeVirt's own has ended): then a printable status
+// Migrating is KubeVirt's own migration, or one that has just ended.
+func (c *Cluster) NoUserMigration(g Guest) bool {
+	return c.migrations != nil && !c.Migrating(g)
+}
+
+// MigratingItself tells whether KubeVirt is live-migrating g's instance
+// on its own (see automatic), which KubeVirt lets no other migration
+// overlap.
+func (c *Cluster) MigratingItself(g Guest) bool {
+	if g.VMI != nil && translate.AutomaticMigration(g.VMI) && g.VM.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusMigrating {
+		return true
+	}
+	if c.migrations == nil {
+		return false
+	}
+	for _, o := range c.migrations.byIndex(migrationVMIIndex, g.Namespace()+"/"+g.Name()) {
+		if m := o.(*kubevirtv1.VirtualMachineInstanceMigration); !m.IsFinal() && m.DeletionTimestamp == nil && automatic(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// automatic tells whether m is a migration KubeVirt's workload updater
+// made (to hot-plug CPUs or memory, or onto a new virt-launcher): no
+// user's, so no PVE migrate lock.
+func automatic(m *kubevirtv1.VirtualMachineInstanceMigration) bool {
+	_, ok := m.Annotations[kubevirtv1.WorkloadUpdateMigrationAnnotation]
+	return ok
 }
 
 // CreateMigration asks KubeVirt, as the caller, to live-migrate g's

@@ -94,6 +94,14 @@ func (c *Cluster) filesystemOverhead(ctx context.Context, class *string) float64
 	return f
 }
 
+// FilesystemOverhead is CDI's filesystem overhead (a fraction) for the
+// claims of StorageClass class (filesystemOverhead): what a
+// Filesystem-mode claim of a spec.storage DataVolume holds besides its
+// disk.
+func (c *Cluster) FilesystemOverhead(ctx context.Context, class *string) float64 {
+	return c.filesystemOverhead(ctx, class)
+}
+
 // GateExpandDisks is KubeVirt's feature gate that lets a guest see its
 // disk grow (Alpha in v1.8, off unless the KubeVirt CR enables it).
 const GateExpandDisks = "ExpandDisks"

@@ -71,6 +71,12 @@ const (
 	GoalImported Goal = "imported"
 	// GoalClaimGone: the claim Namespace/Name (UID) no longer exists.
 	GoalClaimGone Goal = "claim-gone"
+	// GoalLiveUpdated: KubeVirt has taken the CPU sockets and guest
+	// memory of the VM's generation TaskSpec.Object (or a later one) into
+	// its running instance, or said they need a restart
+	// (translate.LiveUpdateTaken). It never fails: past its deadline the
+	// change shows as pending.
+	GoalLiveUpdated Goal = "live-updated"
 )
 
 // lagGrace is how long a task waits for an object it was started about to
@@ -632,6 +638,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		}
+		if msg := ts.c.invalidClaim(vm); msg != "" {
+			// CDI retries forever; the storage's admin must act.
+			return true, "volume provisioning failed: " + msg +
+				" (CDI cannot pick the access and volume mode of its claim: set them in the storage class's StorageProfile, spec.claimPropertySets)", nil
+		}
 		if msg := reason(vm); strings.Contains(msg, "not authorized to create DataVolume") {
 			msg = msg[strings.Index(msg, "not authorized to create DataVolume"):]
 			// KubeVirt retries forever: the clone's DataVolumes are not made
@@ -710,6 +721,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			}
 			return true, translate.ExitOK, lines
 		}
+	case GoalLiveUpdated:
+		gen, _ := strconv.ParseInt(t.object, 10, 64)
+		if vm == nil || final || (vm.Generation >= gen && translate.LiveUpdateTaken(vm, vmi)) {
+			return true, translate.ExitOK, nil
+		}
 	case GoalSession, GoalWorker:
 		// Ended by its Session, or by its deadline below.
 	case GoalRestored:
@@ -760,6 +776,8 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			return true, sessionTimeoutExit(t), nil
 		case GoalWorker:
 			return true, ExitWorkerLost, nil
+		case GoalLiveUpdated:
+			return true, translate.ExitOK, []string{"KubeVirt has not applied the CPU or memory change to the running VM yet: it shows as pending"}
 		}
 		switch t.goal {
 		case GoalImported:

@@ -81,6 +81,29 @@ func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
 	return true
 }
 
+// cdiErrClaimNotValid is the reason CDI gives a DataVolume whose claim it
+// cannot render (pkg/controller/datavolume), e.g. one giving only a class
+// and a size where the class's StorageProfile has no access or volume
+// mode: CDI retries until someone sets them, the VM stays Provisioning.
+const cdiErrClaimNotValid = "ErrClaimNotValid"
+
+// invalidClaim returns why CDI cannot make the claim of a DataVolume
+// template of vm ("DataVolume name: CDI's message"), or "".
+func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine) string {
+	for _, t := range vm.Spec.DataVolumeTemplates {
+		dv := c.DataVolume(vm.Namespace, t.Name)
+		if dv == nil {
+			continue
+		}
+		for _, cond := range dv.Status.Conditions {
+			if cond.Reason == cdiErrClaimNotValid && cond.Status != corev1.ConditionTrue {
+				return "DataVolume " + t.Name + ": " + cond.Message
+			}
+		}
+	}
+	return ""
+}
+
 // dataVolumeSettled tells whether a DataVolume is done until a VM uses
 // it: filled, or waiting for its first consumer to be scheduled, as
 // KubeVirt judges it for the printable status Provisioning

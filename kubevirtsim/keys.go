@@ -34,10 +34,17 @@ const (
 	// IPv4 address the pod network's CNI gives the VMI's pod, which
 	// KubeVirt reports for its pod-network interface. Tests set a
 	// loopback address they serve on; without it the address is made up.
+	// Nodes' kubelet gives it to the VMI's virt-launcher pod.
 	AnnotationPodIP = "kubevirtsim.caddy-proxmox.io/pod-ip"
 	// AnnotationGuestOS selects the guest OS fixture reported through the
 	// agent: "debian" (default) or "windows".
 	AnnotationGuestOS = "kubevirtsim.caddy-proxmox.io/guest-os"
+	// AnnotationGuestInterfaces on a VMI (or its VM's template metadata)
+	// lists interfaces that exist only inside the guest (Docker's docker0,
+	// bridges the guest makes, tunnels), as "name[@mac]=ip;ip,name,...",
+	// "name@=..." for one without a MAC (else one is made up): with the
+	// agent connected, virt-handler reports them after the VMI's NICs.
+	AnnotationGuestInterfaces = "kubevirtsim.caddy-proxmox.io/guest-interfaces"
 	// AnnotationReboots counts soft reboots (softreboot subresource) of a VMI.
 	AnnotationReboots = "kubevirtsim.caddy-proxmox.io/reboots"
 	// AnnotationResets counts hard resets (reset subresource) of a VMI.

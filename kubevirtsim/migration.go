@@ -252,6 +252,7 @@ func (m *migrations) sync(ctx context.Context, key string) (time.Duration, error
 			}
 			v.Labels[virtv1.NodeNameLabel] = target
 			v.Status.ActivePods = map[types.UID]string{targetPodUID(mig): target}
+			hotplugOnTarget(v)
 		})
 		if err != nil {
 			return 0, err

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -105,6 +106,7 @@ type Nodes struct {
 	since   map[string]time.Time // first sight of a state, by key+state
 	podIPs  map[string]string    // pod UID -> IP
 	nextIP  map[string]int       // node -> last host number handed out
+	agents  map[types.UID]bool   // VMI UID -> its guest runs an agent
 	started sync.Once
 }
 
@@ -138,7 +140,7 @@ func NewNodes(opts NodesOptions) *Nodes {
 		log = zap.NewNop()
 	}
 	n := &Nodes{opts: opts, log: log.Named("nodes"), since: map[string]time.Time{},
-		podIPs: map[string]string{}, nextIP: map[string]int{}}
+		podIPs: map[string]string{}, nextIP: map[string]int{}, agents: map[types.UID]bool{}}
 	n.factory = informers.NewSharedInformerFactory(opts.Kube, 0)
 	n.nodes = n.factory.Core().V1().Nodes().Informer()
 	n.pods = n.factory.Core().V1().Pods().Informer()

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	virtv1 "kubevirt.io/api/core/v1"
 )
@@ -134,8 +135,11 @@ func (n *Nodes) refreshDomain(vmi *virtv1.VirtualMachineInstance, wait string, n
 		vmi.Status.SelinuxContext = "none"
 	}
 	n.volumeTargets(vmi)
-	agent := agentConnected(vmi, nil) && n.waited(wait+"agent", n.opts.AgentDelay) == 0
+	agent := n.agentConnected(vmi) && n.waited(wait+"agent", n.opts.AgentDelay) == 0
 	vmi.Status.Interfaces = n.interfaces(vmi, agent)
+	if agent {
+		vmi.Status.Interfaces = append(vmi.Status.Interfaces, guestOnlyInterfaces(vmi)...)
+	}
 	migrationConditions(vmi)
 	if agent {
 		if findVMICondition(vmi, virtv1.VirtualMachineInstanceAgentConnected) == nil {
@@ -152,10 +156,42 @@ func (n *Nodes) refreshDomain(vmi *virtv1.VirtualMachineInstance, wait string, n
 // agentWait is how long until the guest agent of a VMI that has one
 // connects (0: no agent, or connected).
 func (n *Nodes) agentWait(vmi *virtv1.VirtualMachineInstance, wait string) time.Duration {
-	if !agentConnected(vmi, nil) {
+	if !n.agentConnected(vmi) {
 		return 0
 	}
 	return n.waited(wait+"agent", n.opts.AgentDelay)
+}
+
+// agentConnected decides as the simulated cluster does whether the guest
+// of vmi runs an agent (agentConnected): its owning VM, read once per
+// instance, counts too, so that a guest whose PVE config enables the
+// agent runs one on both.
+func (n *Nodes) agentConnected(vmi *virtv1.VirtualMachineInstance) bool {
+	if _, ok := vmi.Annotations[AnnotationAgent]; ok || n.opts.Dynamic == nil {
+		return agentConnected(vmi, nil)
+	}
+	n.mu.Lock()
+	has, ok := n.agents[vmi.UID]
+	n.mu.Unlock()
+	if ok {
+		return has
+	}
+	ref := metav1.GetControllerOf(vmi)
+	if ref == nil || ref.Kind != "VirtualMachine" {
+		return agentConnected(vmi, nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	u, err := n.opts.Dynamic.Resource(vmGVR).Namespace(vmi.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	var vm virtv1.VirtualMachine
+	if err != nil || runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &vm) != nil || vm.UID != ref.UID {
+		return agentConnected(vmi, nil)
+	}
+	has = agentConnected(vmi, &vm)
+	n.mu.Lock()
+	n.agents[vmi.UID] = has
+	n.mu.Unlock()
+	return has
 }
 
 // volumeTargets fills the target device of each volume status entry the
@@ -371,6 +407,7 @@ func (n *Nodes) migrate(vmi *virtv1.VirtualMachineInstance, wait string, now tim
 		ms.TargetState.DomainReadyTimestamp = &mt
 	}
 	removeVMICondition(vmi, virtv1.VirtualMachineInstanceMigrationRequired)
+	hotplugOnTarget(vmi)
 	if vmi.Labels == nil {
 		vmi.Labels = map[string]string{}
 	}

@@ -220,9 +220,10 @@ func (n *Nodes) launched(pod *corev1.Pod) bool {
 
 // workerDone tells whether a CDI worker pod has done its work, and the
 // termination message its container writes then (cmd/cdi-importer,
-// cmd/cdi-cloner, cmd/cdi-uploadserver). An upload server completes only
-// as the target of a host-assisted clone, once the source pod has sent
-// everything; for an upload it waits for a client.
+// cmd/cdi-cloner, cmd/cdi-uploadserver). An upload server completes as the
+// target of a host-assisted clone once the source pod has sent everything,
+// and for an upload once a client's data is in: the stand-in upload
+// server (NewCDIUploadProxy) records it on the claim.
 func (n *Nodes) workerDone(pod *corev1.Pod) (string, bool) {
 	switch pod.Labels[cdiComponentLabel] {
 	case cdiImporterComponent:
@@ -235,6 +236,9 @@ func (n *Nodes) workerDone(pod *corev1.Pod) (string, bool) {
 				continue
 			}
 			pvc := cached[*corev1.PersistentVolumeClaim](n.pvcs, pod.Namespace+"/"+v.PersistentVolumeClaim.ClaimName)
+			if pvc != nil && pvc.Annotations[AnnotationUploadedSHA256] != "" {
+				return `{"preallocationApplied":false,"message":"Upload Complete"}`, true
+			}
 			if pvc == nil || pvc.Annotations[cdiCloneRequestAnn] == "" {
 				continue
 			}
@@ -358,11 +362,17 @@ func (n *Nodes) writePodStatus(ctx context.Context, pod *corev1.Pod, st *corev1.
 }
 
 // podIP hands out the pod's address on its node's pod network
-// (10.244.<node>.<n>/24; the node's spec.podCIDR when it has one).
+// (10.244.<node>.<n>/24; the node's spec.podCIDR when it has one), or the
+// AnnotationPodIP a test gave the VMI of a virt-launcher pod
+// (virt-controller copies the VMI's annotations to its pod).
 func (n *Nodes) podIP(pod *corev1.Pod, node *corev1.Node) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if ip, ok := n.podIPs[string(pod.UID)]; ok {
+		return ip
+	}
+	if ip := pod.Annotations[AnnotationPodIP]; ip != "" && podVMIName(pod) != "" {
+		n.podIPs[string(pod.UID)] = ip
 		return ip
 	}
 	prefix := ""

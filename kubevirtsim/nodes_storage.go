@@ -171,10 +171,13 @@ func (n *Nodes) reclaim(ctx context.Context, key string) error {
 	return nil
 }
 
-// resize grows the volume of a claim the expand controller handed to the
-// driver, and the claim's capacity with it.
+// resize grows the volume of a claim the external resizer serves, and the
+// claim's capacity with it: one whose volume is its CSI driver's
+// (external-resizer watches those), or that the expand controller handed
+// to it (volume.kubernetes.io/storage-resizer, for migrated in-tree
+// volumes).
 func (n *Nodes) resize(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
-	if pvc.Annotations[annStorageResizer] == "" || pvc.Status.Phase != corev1.ClaimBound {
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
 		return nil
 	}
 	want := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
@@ -185,6 +188,9 @@ func (n *Nodes) resize(ctx context.Context, pvc *corev1.PersistentVolumeClaim) e
 	pv, err := n.opts.Kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	if err != nil {
 		return err
+	}
+	if pv.Spec.CSI == nil && pvc.Annotations[annStorageResizer] == "" {
+		return nil
 	}
 	if cur := pv.Spec.Capacity[corev1.ResourceStorage]; cur.Cmp(want) < 0 {
 		pv.Spec.Capacity[corev1.ResourceStorage] = want

@@ -102,6 +102,9 @@ type UploadProxy struct {
 	key []byte
 	// now is the clock tokens are judged by (tests move it).
 	now func() time.Time
+	// cdi, if set, checks cdi-apiserver's own tokens (NewCDIUploadProxy)
+	// instead of the proxy's.
+	cdi *cdiTokens
 
 	mu   sync.Mutex
 	busy map[string]bool // claims being uploaded to
@@ -138,6 +141,9 @@ func (u *UploadProxy) Token(ns, pvc string) string {
 
 // validate checks a token's signature and lifetime.
 func (u *UploadProxy) validate(tok string) (uploadToken, error) {
+	if u.cdi != nil {
+		return u.cdi.validate(tok)
+	}
 	var t uploadToken
 	body, sig, ok := strings.Cut(tok, ".")
 	if !ok {
@@ -262,14 +268,20 @@ func (u *UploadProxy) uploadReady(ctx context.Context, ns, name string) (*corev1
 		case err != nil:
 			return nil, err
 		}
-		if _, ok := pvc.Annotations[AnnotationUploadTarget]; !ok {
+		if pvc, err = u.uploadClaim(ctx, pvc); err != nil {
+			return nil, err
+		}
+		switch {
+		case pvc == nil:
+			// The populator has not named its claim yet.
+		case !hasKey(pvc.Annotations, AnnotationUploadTarget):
 			return nil, fmt.Errorf("PVC %s is not an upload target", name)
-		}
-		if pvc.Annotations[annPodPhase] == string(corev1.PodSucceeded) {
+		case pvc.Annotations[annPodPhase] == string(corev1.PodSucceeded):
 			return nil, fmt.Errorf("rejecting Upload Request for PVC %s that already finished uploading", name)
-		}
-		if ready, _ := strconv.ParseBool(pvc.Annotations[AnnotationPodReady]); ready {
-			return pvc, nil
+		default:
+			if ready, _ := strconv.ParseBool(pvc.Annotations[AnnotationPodReady]); ready {
+				return pvc, nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return nil, context.DeadlineExceeded
@@ -280,6 +292,11 @@ func (u *UploadProxy) uploadReady(ctx context.Context, ns, name string) (*corev1
 		case <-time.After(uploadReadyPoll):
 		}
 	}
+}
+
+func hasKey(m map[string]string, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // serveUpload is the claim's upload server.
@@ -335,13 +352,16 @@ func (u *UploadProxy) serveUpload(w http.ResponseWriter, r *http.Request, pvc *c
 	if !sync {
 		w.WriteHeader(http.StatusOK) // processing goes on in the background
 	}
-	done := map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		annPodPhase:              string(corev1.PodSucceeded),
-		AnnotationPodReady:       "false",
+	ann := map[string]any{
 		AnnotationUploadedSHA256: got.sha256,
 		AnnotationUploadedBytes:  strconv.FormatInt(got.bytes, 10),
-	}}}
-	patch, _ := json.Marshal(done)
+	}
+	if u.cdi == nil {
+		// This proxy plays CDI's controller too; with CDI's own, the
+		// upload server pod ends (Nodes' kubelet) and CDI says so.
+		ann[annPodPhase], ann[AnnotationPodReady] = string(corev1.PodSucceeded), "false"
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := u.k8s.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && sync {

@@ -45,6 +45,9 @@ type vmSync struct {
 	requeue     time.Duration
 	vmIsDeleted bool // the VM vanished while being reconciled
 	depsPending bool // a vmDependency is not ready: do not start a VMI
+	// restartReason: a live update the running instance cannot take
+	// (syncLiveUpdate), for RestartRequired.
+	restartReason string
 }
 
 // syncVM plays KubeVirt's VM controller: finalizer, firmware UUID, run
@@ -82,6 +85,9 @@ func (c *Controller) syncVM(ctx context.Context, vm *virtv1.VirtualMachine, vmi 
 		}
 		if err == nil {
 			err = c.syncRunStrategy(ctx, s)
+		}
+		if err == nil {
+			err = c.syncLiveUpdate(ctx, s)
 		}
 	}
 	if s.vmIsDeleted {
@@ -388,7 +394,7 @@ func (c *Controller) updateVMStatus(ctx context.Context, s *vmSync) error {
 		}
 	}
 	syncVMConditions(vm, vmi, s.syncErr)
-	syncRestartRequired(vm, vmi)
+	syncRestartRequired(vm, vmi, s.restartReason)
 	if c.ext.snapshots {
 		st.VolumeSnapshotStatuses = c.volumeSnapshotStatuses(vm)
 	}
@@ -503,32 +509,46 @@ func syncVMConditions(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInsta
 }
 
 // syncRestartRequired flags a running VM whose template spec changed since
-// its VMI was started. (KubeVirt exempts live-updatable fields such as CPU
-// sockets or guest memory under the LiveUpdate rollout strategy; the
-// simulator treats every template spec change as requiring a restart.)
-func syncRestartRequired(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) {
+// its VMI was started in what KubeVirt applies only at a restart (under
+// the LiveUpdate rollout strategy not CPU sockets, guest memory, node
+// selector, affinity or tolerations: see liveupdate.go), or whose live
+// update the instance cannot take (reason).
+func syncRestartRequired(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, reason string) {
 	if vmi == nil || vmi.IsFinal() {
 		return
 	}
-	started, ok := vmi.Annotations[AnnotationTemplateHash]
-	if !ok || vm.Spec.Template == nil {
+	if _, ok := vmi.Annotations[AnnotationTemplateHash]; !ok || vm.Spec.Template == nil {
 		return
 	}
-	if templateHash(vm) != started {
-		setVMCondition(vm, virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineRestartRequired,
-			Status: corev1.ConditionTrue, Message: messageRestartRequired, LastTransitionTime: metav1.Now()})
+	msg := reason
+	if templateChanged(vm, vmi) {
+		msg = messageRestartRequired
+	}
+	if msg != "" {
+		if c := findVMCondition(vm, virtv1.VirtualMachineRestartRequired); c == nil || c.Status != corev1.ConditionTrue || c.Message != msg {
+			setVMCondition(vm, virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineRestartRequired,
+				Status: corev1.ConditionTrue, Message: msg, LastTransitionTime: metav1.Now()})
+		}
 		return
 	}
 	removeVMCondition(vm, virtv1.VirtualMachineRestartRequired)
 }
 
+// templateChanged tells whether vm's template changed since vmi was
+// started from it, in what needs a restart.
+func templateChanged(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) bool {
+	started, ok := vmi.Annotations[AnnotationTemplateHash]
+	return ok && vm.Spec.Template != nil && templateHash(vm) != started
+}
+
 // templateHash fingerprints the VM template spec, ignoring the firmware UUID
-// the controller persists itself.
+// the controller persists itself and what KubeVirt updates live.
 func templateHash(vm *virtv1.VirtualMachine) string {
 	spec := vm.Spec.Template.Spec.DeepCopy()
 	if spec.Domain.Firmware != nil {
 		spec.Domain.Firmware.UUID = ""
 	}
+	withoutLiveUpdatable(spec)
 	b, _ := json.Marshal(spec)
 	h := hashBytes(string(b))
 	return hex.EncodeToString(h[:16])
@@ -606,6 +626,7 @@ func newVMIForVM(vm *virtv1.VirtualMachine) (*virtv1.VirtualMachineInstance, err
 	}
 	setDefaultVolumeDisks(&vmi.Spec)
 	setDefaultNetworkInterface(&vmi.Spec)
+	setupHotplug(&vmi.Spec)
 
 	now := time.Now()
 	setPhase(vmi, virtv1.Pending, now)

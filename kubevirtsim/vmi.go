@@ -307,6 +307,9 @@ func (c *Controller) refreshGuest(vmi *virtv1.VirtualMachineInstance, agent bool
 		removeVMICondition(vmi, virtv1.VirtualMachineInstanceAgentConnected)
 	}
 	vmi.Status.Interfaces = interfaceStatus(vmi, agent)
+	if agent {
+		vmi.Status.Interfaces = append(vmi.Status.Interfaces, guestOnlyInterfaces(vmi)...)
+	}
 	if isPaused(vmi) {
 		setVMICondition(vmi, readyCondition(corev1.ConditionFalse, reasonReadinessGates, messageUnpausedGate, now))
 	} else {
@@ -455,6 +458,38 @@ func interfaceStatus(vmi *virtv1.VirtualMachineInstance, agent bool) []virtv1.Vi
 		if len(ips) > 0 {
 			st.IP = ips[0]
 			st.IPs = ips
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// guestOnlyInterfaces are the interfaces of AnnotationGuestInterfaces as
+// virt-handler reports what the guest agent lists beyond the VMI's NICs
+// (pkg/network/setup/netstat.go ifacesStatusFromGuestAgent): no name,
+// the guest's interface name, its MAC and addresses, infoSource
+// guest-agent, at most ten.
+func guestOnlyInterfaces(vmi *virtv1.VirtualMachineInstance) []virtv1.VirtualMachineInstanceNetworkInterface {
+	const guestOnlyInterfaceLimit = 10
+	var out []virtv1.VirtualMachineInstanceNetworkInterface
+	for _, entry := range strings.Split(vmi.Annotations[AnnotationGuestInterfaces], ",") {
+		name, addrs, _ := strings.Cut(strings.TrimSpace(entry), "=")
+		name, mac, fixed := strings.Cut(name, "@")
+		if name == "" || len(out) == guestOnlyInterfaceLimit {
+			continue
+		}
+		if !fixed {
+			h := hashBytes(string(vmi.UID), "guest/"+name)
+			mac = fmt.Sprintf("02:42:%02x:%02x:%02x:%02x", h[0], h[1], h[2], h[3])
+		}
+		st := virtv1.VirtualMachineInstanceNetworkInterface{InterfaceName: name, InfoSource: "guest-agent", MAC: mac}
+		for _, ip := range strings.Split(addrs, ";") {
+			if ip = strings.TrimSpace(ip); ip != "" {
+				st.IPs = append(st.IPs, ip)
+			}
+		}
+		if len(st.IPs) > 0 {
+			st.IP = st.IPs[0]
 		}
 		out = append(out, st)
 	}

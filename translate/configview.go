@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -160,10 +161,14 @@ func PendingView(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineIn
 	if vmi != nil && !vmi.IsFinal() && vm.Spec.Template != nil {
 		live := vm.DeepCopy()
 		live.Spec.Template.Spec = *vmi.Spec.DeepCopy()
+		instanceHas(&live.Spec.Template.Spec, vmi)
 		lcfg, _ := configStrings(live, claims)
 		lv := typedConfig(lcfg)
 		for _, k := range []string{"cores", "sockets", "memory"} {
 			running[k] = lv[k]
+		}
+		if restartRequired(vm) {
+			restartOnly(running, vm, vmi)
 		}
 		// The instance's disks under the keys the VM shows them with.
 		keyOf := map[string]string{}
@@ -201,6 +206,109 @@ func PendingView(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineIn
 	return out
 }
 
+// instanceHas sets, in spec (the instance's), the CPUs and memory the
+// guest has now. Under KubeVirt's LiveUpdate rollout a change of sockets
+// or guest memory is patched into the instance's spec at once, but the
+// guest has it only once virt-handler has hot-plugged it, which takes a
+// live migration (or never happens, without the LiveMigrate workload
+// update method, until the next start): status.currentCPUTopology and
+// status.memory.guestCurrent are what it has.
+func instanceHas(spec *kubevirtv1.VirtualMachineInstanceSpec, vmi *kubevirtv1.VirtualMachineInstance) {
+	if t := vmi.Status.CurrentCPUTopology; t != nil && spec.Domain.CPU != nil {
+		if t.Sockets > 0 {
+			spec.Domain.CPU.Sockets = t.Sockets
+		}
+		if t.Cores > 0 {
+			spec.Domain.CPU.Cores = t.Cores
+		}
+		if t.Threads > 0 {
+			spec.Domain.CPU.Threads = t.Threads
+		}
+	}
+	if m := vmi.Status.Memory; m != nil && m.GuestCurrent != nil && spec.Domain.Memory != nil && spec.Domain.Memory.Guest != nil {
+		q := m.GuestCurrent.DeepCopy()
+		spec.Domain.Memory.Guest = &q
+	}
+}
+
+// restartRequired tells whether KubeVirt says the VM's template has
+// changes it applies only at the next start (condition RestartRequired).
+func restartRequired(vm *kubevirtv1.VirtualMachine) bool {
+	for _, c := range vm.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineRestartRequired && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// restartOnly adds to running the keys KubeVirt applies only at restart
+// whose running value the instance's spec tells, when the VM has
+// RestartRequired: the CPU model (cpu) and the firmware (bios).
+func restartOnly(running map[string]any, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) {
+	want, have := &vm.Spec.Template.Spec.Domain, &vmi.Spec.Domain
+	model := func(d *kubevirtv1.DomainSpec) string {
+		if d.CPU != nil {
+			return d.CPU.Model
+		}
+		return ""
+	}
+	if model(want) != model(have) {
+		switch {
+		case model(have) == kubevirtv1.CPUModeHostPassthrough:
+			running["cpu"] = "host"
+		default:
+			// KubeVirt's default model: PVE's default, no cpu key.
+			running["cpu"] = nil
+		}
+	}
+	efi := func(d *kubevirtv1.DomainSpec) bool {
+		return d.Firmware != nil && d.Firmware.Bootloader != nil && d.Firmware.Bootloader.EFI != nil
+	}
+	if efi(want) != efi(have) {
+		running["bios"] = map[bool]any{true: "ovmf", false: nil}[efi(have)]
+	}
+}
+
 func isEmptyCDROM(v string) bool {
 	return strings.HasPrefix(v, "none,") || strings.HasPrefix(v, "cdrom,")
+}
+
+// LiveUpdatable tells whether the change from VM old to VM vm touches
+// what KubeVirt's LiveUpdate rollout hot-plugs into a running instance:
+// CPU sockets or guest memory.
+func LiveUpdatable(old, vm *kubevirtv1.VirtualMachine) bool {
+	os, _ := CPUTopology(old)
+	ns, _ := CPUTopology(vm)
+	return os != ns || MemoryBytes(old) != MemoryBytes(vm)
+}
+
+// LiveUpdateTaken tells whether KubeVirt has done, for now, what it does
+// with vm's CPU sockets and guest memory while instance vmi runs: patched
+// them into the instance's spec (the guest gets them on the next live
+// migration), or said that they need a restart (RestartRequired), or has
+// nothing to do until a hot-plug or migration under way ends (its VM
+// controller retries then). KubeVirt v1.8.0 pkg/virt-controller/watch/vm
+// handleCPUChangeRequest, handleMemoryHotplugRequest.
+func LiveUpdateTaken(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) bool {
+	if vmi == nil || vmi.IsFinal() || vm.Spec.Template == nil || restartRequired(vm) {
+		return true
+	}
+	busy := func(c kubevirtv1.VirtualMachineInstanceConditionType) bool {
+		if ms := vmi.Status.MigrationState; ms != nil && !ms.Completed && !ms.Failed {
+			return true
+		}
+		for _, cond := range vmi.Status.Conditions {
+			if cond.Type == c && cond.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}
+	want, have := &vm.Spec.Template.Spec.Domain, &vmi.Spec.Domain
+	cpu := want.CPU == nil || have.CPU == nil || want.CPU.Sockets == have.CPU.Sockets || busy(kubevirtv1.VirtualMachineInstanceVCPUChange)
+	mem := want.Memory == nil || want.Memory.Guest == nil || have.Memory == nil || have.Memory.Guest == nil ||
+		want.Memory.Guest.Equal(*have.Memory.Guest) || vmi.Status.Memory == nil || vmi.Status.Memory.GuestCurrent == nil ||
+		busy(kubevirtv1.VirtualMachineInstanceMemoryChange)
+	return cpu && mem
 }

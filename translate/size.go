@@ -162,3 +162,18 @@ func ClaimRequest(diskBytes int64, overhead float64, filesystem bool) int64 {
 	aligned := (diskBytes + claimAlign - 1) / claimAlign * claimAlign
 	return int64(math.Ceil(float64(aligned) * (1 + overhead)))
 }
+
+// DiskBytes is the disk a claim of claimBytes holds, ClaimRequest's
+// inverse: on a Filesystem-mode claim CDI sized for a spec.storage
+// DataVolume, the claim less the filesystem overhead, aligned down to
+// 1 MiB; otherwise the claim itself.
+func DiskBytes(claimBytes int64, overhead float64, filesystem bool) int64 {
+	if !filesystem || overhead <= 0 || overhead >= 1 {
+		return claimBytes
+	}
+	disk := int64(math.Floor(float64(claimBytes)/(1+overhead))) / claimAlign * claimAlign
+	if disk <= 0 {
+		return claimBytes
+	}
+	return disk
+}

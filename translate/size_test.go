@@ -185,6 +185,7 @@ func TestClaimRequest(t *testing.T) {
 	}{
 		{32 << 30, 0.06, true, 36421322671}, // CDI's 32 GiB claim: ~33.92 GiB
 		{4 << 30, 0.06, true, 4552665334},
+		{1 << 30, 0.06, true, 1138166334}, // as CDI v1.64 sized it on the real control plane
 		{4 << 30, 0, true, 4 << 30},
 		{(4 << 30) + 1, 0, true, (4 << 30) + (1 << 20)}, // aligned to 1 MiB first
 		{32 << 30, 0.06, false, 32 << 30},               // Block: no overhead
@@ -193,5 +194,16 @@ func TestClaimRequest(t *testing.T) {
 		if got := ClaimRequest(c.disk, c.overhead, c.fs); got != c.want {
 			t.Errorf("ClaimRequest(%d, %v, %v) = %d, want %d", c.disk, c.overhead, c.fs, got, c.want)
 		}
+		// What the claim holds is the disk asked for, aligned.
+		aligned := (c.disk + claimAlign - 1) / claimAlign * claimAlign
+		if !c.fs {
+			aligned = c.disk
+		}
+		if got := DiskBytes(c.want, c.overhead, c.fs); got != aligned {
+			t.Errorf("DiskBytes(%d, %v, %v) = %d, want %d", c.want, c.overhead, c.fs, got, aligned)
+		}
+	}
+	if got := DiskBytes(100, 0.06, true); got != 100 {
+		t.Errorf("DiskBytes of a claim below 1 MiB = %d, want the claim", got)
 	}
 }

@@ -114,6 +114,9 @@ func GuestStateOf(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineI
 	} else {
 		st = VMState(vm.Status.PrintableStatus, vmi.Status.Phase, true, VMIPaused(vmi))
 	}
+	if st.Lock == LockMigrate && vmi != nil && AutomaticMigration(vmi) {
+		st.Lock = ""
+	}
 	// KubeVirt's snapshot and restore controllers lock the VM in its
 	// status while they work, and its webhook refuses changes until then.
 	switch {
@@ -124,6 +127,31 @@ func GuestStateOf(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineI
 		st.Lock = LockSnapshot
 	}
 	return st
+}
+
+// AutomaticMigration tells whether instance vmi is being moved by a live
+// migration KubeVirt started itself: its workload updater migrates an
+// instance to hot-plug CPUs or memory under the LiveUpdate rollout
+// (conditions HotVCPUChange, HotMemoryChange), to move its volumes
+// (VolumesChange), for a network change (MigrationRequired) or onto a new
+// virt-launcher (label outdatedLauncherImage). No user asked for it: PVE
+// shows no migrate lock for it (a CPU or memory hot-plug holds none).
+func AutomaticMigration(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	if _, outdated := vmi.Labels[kubevirtv1.OutdatedLauncherImageLabel]; outdated {
+		return true
+	}
+	for _, c := range vmi.Status.Conditions {
+		switch c.Type {
+		case kubevirtv1.VirtualMachineInstanceVCPUChange:
+			return true
+		case kubevirtv1.VirtualMachineInstanceMemoryChange, kubevirtv1.VirtualMachineInstanceVolumesChange,
+			kubevirtv1.VirtualMachineInstanceMigrationRequired:
+			if c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // VMIPaused tells whether an instance has a true Paused condition.

@@ -209,3 +209,35 @@ func TestGuestStateOf(t *testing.T) {
 		}
 	}
 }
+
+// KubeVirt's own migrations (a CPU or memory hot-plug, a new launcher)
+// are no user's: they hold no migrate lock.
+func TestAutomaticMigrationNoLock(t *testing.T) {
+	vm := &kubevirtv1.VirtualMachine{}
+	vm.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusMigrating
+	for _, tt := range []struct {
+		name string
+		cond kubevirtv1.VirtualMachineInstanceConditionType
+		st   corev1.ConditionStatus
+		lbl  string
+		lock string
+	}{
+		{name: "user's", lock: LockMigrate},
+		{name: "cpu hot-plug", cond: kubevirtv1.VirtualMachineInstanceVCPUChange, st: corev1.ConditionTrue},
+		{name: "memory hot-plug", cond: kubevirtv1.VirtualMachineInstanceMemoryChange, st: corev1.ConditionTrue},
+		{name: "memory hot-plug failed", cond: kubevirtv1.VirtualMachineInstanceMemoryChange, st: corev1.ConditionFalse, lock: LockMigrate},
+		{name: "new launcher", lbl: kubevirtv1.OutdatedLauncherImageLabel},
+	} {
+		vmi := &kubevirtv1.VirtualMachineInstance{}
+		vmi.Status.Phase = kubevirtv1.Running
+		if tt.cond != "" {
+			vmi.Status.Conditions = []kubevirtv1.VirtualMachineInstanceCondition{{Type: tt.cond, Status: tt.st}}
+		}
+		if tt.lbl != "" {
+			vmi.Labels = map[string]string{tt.lbl: ""}
+		}
+		if st := GuestStateOf(vm, vmi); st.Lock != tt.lock || st.Status != StatusRunning {
+			t.Errorf("%s: %+v, want lock %q", tt.name, st, tt.lock)
+		}
+	}
+}

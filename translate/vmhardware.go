@@ -180,6 +180,46 @@ func applyMachine(d *kubevirtv1.DomainSpec, cfg map[string]string, set bool, err
 	}
 }
 
+// RunningQEMU is the QEMU version status/current reports as
+// running-qemu; RunningMachine names machine types after it.
+const RunningQEMU = "9.0.2"
+
+// RunningMachine is status/current's running-machine: the machine type
+// the instance booted with, which virt-handler reads from the libvirt
+// domain into status.machine (libvirt resolves the alias "q35" to a
+// versioned type such as RHEL's pc-q35-rhel9.6.0), in qemu-server's form
+// pc-q35-<version>+pve<n>. A type with an upstream version keeps it; an
+// alias or a RHEL type, which PVE's QEMU does not have, is the current
+// version of its family, as PVE resolves an unpinned machine. An
+// instance not booted yet (no status.machine) has the spec's type.
+func RunningMachine(vmi *kubevirtv1.VirtualMachineInstance) string {
+	typ := ""
+	switch {
+	case vmi == nil:
+	case vmi.Status.Machine != nil && vmi.Status.Machine.Type != "":
+		typ = vmi.Status.Machine.Type
+	case vmi.Spec.Domain.Machine != nil:
+		typ = vmi.Spec.Domain.Machine.Type
+	}
+	if m := versionedMachineRE.FindStringSubmatch(typ); m != nil {
+		if m[3] == "" {
+			m[3] = "+pve0"
+		}
+		return m[1] + "-" + m[2] + m[3]
+	}
+	family := "pc-q35"
+	if typ == "pc" || strings.HasPrefix(typ, "pc-i440fx-") {
+		family = "pc-i440fx"
+	}
+	major, rest, _ := strings.Cut(RunningQEMU, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	return family + "-" + major + "." + minor + "+pve0"
+}
+
+// versionedMachineRE is a machine type with an upstream QEMU version:
+// family, version and PVE's +pve<n> suffix.
+var versionedMachineRE = regexp.MustCompile(`^(pc-q35|pc-i440fx)-(\d+\.\d+)(\+pve\d+)?$`)
+
 // machineTypeRE is qemu-server's machine type format (PVE::QemuServer::Machine).
 var machineTypeRE = regexp.MustCompile(`^(pc|pc(-i440fx)?-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|q35|pc-q35-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|virt(?:-\d+(\.\d+)+)?(\+pve\d+)?)$`)
 

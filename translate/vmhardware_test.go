@@ -160,6 +160,38 @@ func TestApplyMemory(t *testing.T) {
 	}
 }
 
+func TestRunningMachine(t *testing.T) {
+	tests := []struct {
+		status, spec, want string
+	}{
+		{"pc-q35-rhel9.6.0", "q35", "pc-q35-9.0+pve0"}, // what KubeVirt's launcher boots
+		{"pc-q35-rhel10.1.0", "", "pc-q35-9.0+pve0"},
+		{"q35", "q35", "pc-q35-9.0+pve0"},
+		{"", "q35", "pc-q35-9.0+pve0"}, // not booted yet
+		{"", "", "pc-q35-9.0+pve0"},
+		{"pc-q35-8.1", "q35", "pc-q35-8.1+pve0"},
+		{"pc-q35-9.2+pve1", "q35", "pc-q35-9.2+pve1"},
+		{"pc-i440fx-8.1", "", "pc-i440fx-8.1+pve0"},
+		{"pc", "", "pc-i440fx-9.0+pve0"},
+		{"pc-i440fx-rhel7.6.0", "", "pc-i440fx-9.0+pve0"},
+	}
+	for _, tt := range tests {
+		vmi := &kubevirtv1.VirtualMachineInstance{}
+		if tt.spec != "" {
+			vmi.Spec.Domain.Machine = &kubevirtv1.Machine{Type: tt.spec}
+		}
+		if tt.status != "" {
+			vmi.Status.Machine = &kubevirtv1.Machine{Type: tt.status}
+		}
+		if got := RunningMachine(vmi); got != tt.want {
+			t.Errorf("status %q spec %q: %q, want %q", tt.status, tt.spec, got, tt.want)
+		}
+	}
+	if got := RunningMachine(nil); got != "pc-q35-9.0+pve0" {
+		t.Errorf("no instance: %q", got)
+	}
+}
+
 func TestApplyMachine(t *testing.T) {
 	tests := []struct {
 		machine, want, stored, err string

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -340,4 +341,85 @@ func FuzzBuildVM(f *testing.F) {
 			_ = ConfigView(vm, nil)
 		}
 	})
+}
+
+// runningFrom is the instance KubeVirt starts from vm, as its defaults
+// leave it: the status has the CPUs and memory of the spec.
+func runningFrom(vm *kubevirtv1.VirtualMachine) *kubevirtv1.VirtualMachineInstance {
+	vmi := &kubevirtv1.VirtualMachineInstance{Spec: *vm.Spec.Template.Spec.DeepCopy()}
+	vmi.Status.Phase = kubevirtv1.Running
+	cpu := vmi.Spec.Domain.CPU
+	vmi.Status.CurrentCPUTopology = &kubevirtv1.CPUTopology{Sockets: cpu.Sockets, Cores: cpu.Cores, Threads: cpu.Threads}
+	g := vmi.Spec.Domain.Memory.Guest.DeepCopy()
+	vmi.Status.Memory = &kubevirtv1.MemoryStatus{GuestAtBoot: &g, GuestCurrent: &g, GuestRequested: &g}
+	return vmi
+}
+
+func pendingRows(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) map[string]PendingEntry {
+	rows := map[string]PendingEntry{}
+	for _, r := range PendingView(vm, vmi, nil) {
+		rows[r.Key] = r
+	}
+	return rows
+}
+
+// Under LiveUpdate, virt-controller patches new sockets and guest memory
+// into the instance's spec at once; the guest has them only once
+// virt-handler has hot-plugged them (status), which may never happen
+// before a restart.
+func TestPendingHotplug(t *testing.T) {
+	vm := buildOK(t, map[string]string{"sockets": "1", "memory": "1024"})
+	vmi := runningFrom(vm)
+	up, errs := UpdateVM(vm, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK,
+		Config: map[string]string{"sockets": "2", "memory": "2048"}}, nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	vmi.Spec.Domain.CPU.Sockets = 2
+	vmi.Spec.Domain.Memory.Guest = up.Spec.Template.Spec.Domain.Memory.Guest
+	rows := pendingRows(up, vmi)
+	if r := rows["sockets"]; fmt.Sprint(r.Value) != "1" || fmt.Sprint(r.Pending) != "2" {
+		t.Errorf("sockets not hot-plugged yet: %+v", r)
+	}
+	if r := rows["memory"]; fmt.Sprint(r.Value) != "1024" || fmt.Sprint(r.Pending) != "2048" {
+		t.Errorf("memory not hot-plugged yet: %+v", r)
+	}
+	// virt-handler on the migration target: the guest has them.
+	vmi.Status.CurrentCPUTopology.Sockets = 2
+	g := up.Spec.Template.Spec.Domain.Memory.Guest.DeepCopy()
+	vmi.Status.Memory.GuestCurrent, vmi.Status.Memory.GuestRequested = &g, &g
+	rows = pendingRows(up, vmi)
+	if r := rows["sockets"]; fmt.Sprint(r.Value) != "2" || r.Pending != nil {
+		t.Errorf("sockets hot-plugged: %+v", r)
+	}
+	if r := rows["memory"]; fmt.Sprint(r.Value) != "2048" || r.Pending != nil {
+		t.Errorf("memory hot-plugged: %+v", r)
+	}
+}
+
+// Keys KubeVirt applies only at restart show as pending while the VM has
+// RestartRequired.
+func TestPendingRestartOnlyKeys(t *testing.T) {
+	vm := buildOK(t, map[string]string{"cores": "1"})
+	vmi := runningFrom(vm)
+	up, errs := UpdateVM(vm, VMRequest{VMID: 100, Namespace: "default", StorageExists: storageOK,
+		Config: map[string]string{"cpu": "host", "bios": "ovmf"}}, nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if r := pendingRows(up, vmi)["cpu"]; r.Pending != nil {
+		t.Errorf("without RestartRequired: %+v", r)
+	}
+	up.Status.Conditions = append(up.Status.Conditions, kubevirtv1.VirtualMachineCondition{
+		Type: kubevirtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue})
+	rows := pendingRows(up, vmi)
+	if r := rows["cpu"]; r.Value != nil || r.Pending != "host" {
+		t.Errorf("cpu: %+v", r)
+	}
+	if r := rows["bios"]; r.Value != nil || r.Pending != "ovmf" {
+		t.Errorf("bios: %+v", r)
+	}
+	if r := rows["cores"]; r.Pending != nil {
+		t.Errorf("unchanged cores: %+v", r)
+	}
 }

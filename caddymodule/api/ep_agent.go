@@ -69,6 +69,19 @@ func (h *APIHandler) getAgent(q *request) (any, *apiError) {
 			"id": os.ID, "kernel-release": os.KernelRelease, "kernel-version": os.KernelVersion, "machine": os.Machine,
 		}}, nil
 	}
+	return map[string]any{"result": guestInterfaces(st.Interfaces)}, nil
+}
+
+// guestInterfaces is qemu-ga's guest-network-get-interfaces as PVE's agent
+// passthrough answers it: the interfaces the guest reports, under the
+// guest's names, lo first (KubeVirt's agent poller drops it). KubeVirt
+// lists them in status.interfaces: the VM's NICs the agent matched by MAC
+// (with interfaceName), then up to ten that exist only in the guest
+// (bridges, docker0: no name). A NIC the agent did not report (no
+// interfaceName) is none of the guest's, and an interface without a MAC
+// (a tunnel) has no hardware-address, as qemu-ga leaves it out.
+// KubeVirt reports no prefixes: /24 and /64 stand in.
+func guestInterfaces(status []kubevirtv1.VirtualMachineInstanceNetworkInterface) []map[string]any {
 	ifaces := []map[string]any{{
 		"name": "lo", "hardware-address": "00:00:00:00:00:00",
 		"ip-addresses": []map[string]any{
@@ -76,10 +89,9 @@ func (h *APIHandler) getAgent(q *request) (any, *apiError) {
 			{"ip-address": "::1", "ip-address-type": "ipv6", "prefix": 128},
 		},
 	}}
-	for i, in := range st.Interfaces {
-		name := in.InterfaceName
-		if name == "" {
-			name = "eth" + string(rune('0'+i%10))
+	for _, in := range status {
+		if in.InterfaceName == "" || in.InterfaceName == "lo" {
+			continue
 		}
 		addrs := []map[string]any{}
 		seen := map[string]bool{}
@@ -95,7 +107,11 @@ func (h *APIHandler) getAgent(q *request) (any, *apiError) {
 			}
 			addrs = append(addrs, map[string]any{"ip-address": a, "ip-address-type": typ, "prefix": prefix})
 		}
-		ifaces = append(ifaces, map[string]any{"name": name, "hardware-address": strings.ToLower(in.MAC), "ip-addresses": addrs})
+		iface := map[string]any{"name": in.InterfaceName, "ip-addresses": addrs}
+		if in.MAC != "" {
+			iface["hardware-address"] = strings.ToLower(in.MAC)
+		}
+		ifaces = append(ifaces, iface)
 	}
-	return map[string]any{"result": ifaces}, nil
+	return ifaces
 }

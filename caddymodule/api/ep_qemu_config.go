@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -45,14 +47,22 @@ func (h *APIHandler) vmRequest(q *request, vmid int, node, ns string, cfg map[st
 	}
 }
 
-// claimLookup describes the cached claims of namespace ns.
+// claimLookup describes the cached claims of namespace ns. The size of a
+// claim CDI made for a spec.storage DataVolume is its disk's: on a
+// Filesystem-mode claim CDI added its filesystem overhead, which PVE's
+// size= does not count.
 func claimLookup(q *request, ns string) translate.ClaimLookup {
 	return func(name string) (translate.ClaimInfo, bool) {
 		pvc := q.c.CachedPVC(ns, name)
 		if pvc == nil {
 			return translate.ClaimInfo{}, false
 		}
-		return translate.ClaimInfoOf(pvc), true
+		ci := translate.ClaimInfoOf(pvc)
+		filesystem := pvc.Spec.VolumeMode == nil || *pvc.Spec.VolumeMode == corev1.PersistentVolumeFilesystem
+		if dv := q.c.DataVolume(ns, name); ci.DataVolume && filesystem && dv != nil && dv.Spec.Storage != nil {
+			ci.Bytes = translate.DiskBytes(ci.Bytes, q.c.FilesystemOverhead(q.ctx(), pvc.Spec.StorageClassName), true)
+		}
+		return ci, true
 	}
 }
 
@@ -229,8 +239,11 @@ func (h *APIHandler) rewrite(q *request, g kube.Guest, build func(kube.Guest) (*
 		if e != nil {
 			return g, e
 		}
-		_, err := q.c.ReplaceVM(q.ctx(), g, want, annotations...)
+		out, err := q.c.ReplaceVM(q.ctx(), g, want, annotations...)
 		if err == nil {
+			if out != nil {
+				g.VM = out
+			}
 			return g, nil
 		}
 		if !errors.Is(err, kube.ErrModified) {
@@ -377,12 +390,29 @@ func (h *APIHandler) putQemuUnlink(q *request) (any, *apiError) {
 
 // postQemuConfig is the asynchronous variant: a qmconfig task.
 func (h *APIHandler) postQemuConfig(q *request) (any, *apiError) {
+	before, e := h.guest(q)
+	if e != nil {
+		return nil, e
+	}
 	g, e := h.updateConfig(q)
 	if e != nil {
 		return nil, e
 	}
-	return h.begin(q, g, guestTask{typ: translate.TaskConfig, goal: kube.GoalNone, log: fmt.Sprintf("update VM %d: %s", g.VMID, paramSummary(q.p))})
+	t := guestTask{typ: translate.TaskConfig, goal: kube.GoalNone, log: fmt.Sprintf("update VM %d: %s", g.VMID, paramSummary(q.p))}
+	if before.State().Running() && translate.LiveUpdatable(before.VM, g.VM) {
+		// As qemu-server's hot-plug in the config task: it ends once
+		// KubeVirt has taken the new CPUs or memory into the instance,
+		// or said that they need a restart.
+		spec := h.taskSpec(q, g, translate.TaskConfig, kube.GoalLiveUpdated, liveUpdateWait, t.log)
+		spec.Object = strconv.FormatInt(g.VM.Generation, 10)
+		return h.beginSpec(q, spec)
+	}
+	return h.begin(q, g, t)
 }
+
+// liveUpdateWait bounds how long a config task waits for KubeVirt to
+// take a CPU or memory change into the running instance.
+const liveUpdateWait = 30 * time.Second
 
 // paramSummary lists the keys a config call touched, without values (they
 // may hold passwords).

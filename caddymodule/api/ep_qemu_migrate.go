@@ -124,12 +124,19 @@ func (h *APIHandler) parseMigrate(q *request) (migrateRequest, *apiError) {
 // vmLocked is PVE's check_lock refusal; a migration KubeVirt has not
 // finished holds the migrate lock from the moment it was asked for.
 func vmLocked(c *kube.Cluster, g kube.Guest) *apiError {
-	l := factsOf(nil, g, time.Now()).state.Lock
+	f := factsOf(nil, g, time.Now())
+	f.dropMigrateLock(c.NoUserMigration(g))
+	l := f.state.Lock
 	if l == "" && c.Migrating(g) {
 		l = translate.LockMigrate
 	}
 	if l != "" {
 		return newError(http.StatusInternalServerError, "VM is locked (%s)", l)
+	}
+	if c.MigratingItself(g) {
+		// No lock of the user's, but KubeVirt runs one migration of an
+		// instance at a time.
+		return newError(http.StatusInternalServerError, "VM %d is being live-migrated by KubeVirt to apply a CPU or memory change; try again once it has finished", g.VMID)
 	}
 	return nil
 }

@@ -95,7 +95,19 @@ type guestFacts struct {
 // factsOf computes a VM row's values; c supplies usage metrics (nil: none).
 func factsOf(c *kube.Cluster, g kube.Guest, now time.Time) guestFacts {
 	u, ok := usageOfGuest(c, g)
-	return factsWith(g, u, ok, snapshotLock(c, g), now)
+	f := factsWith(g, u, ok, snapshotLock(c, g), now)
+	f.dropMigrateLock(c != nil && c.NoUserMigration(g))
+	return f
+}
+
+// dropMigrateLock lifts the migrate lock KubeVirt's printable status
+// Migrating gives when no user's migration is under way: the migration
+// is KubeVirt's own (a CPU or memory hot-plug, a new virt-launcher), or
+// over while the VM's status has not caught up.
+func (f *guestFacts) dropMigrateLock(noUserMigration bool) {
+	if noUserMigration && f.state.Lock == translate.LockMigrate {
+		f.state.Lock = ""
+	}
 }
 
 // snapshotLock is the snapshot or rollback lock c holds on g ("" for none,
@@ -174,11 +186,8 @@ func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
 		row.Agent = 1
 	}
 	if f.state.Running() {
-		row.RunningMachine = "pc-q35-9.0+pve0"
-		if g.VMI != nil && g.VMI.Spec.Domain.Machine != nil && g.VMI.Spec.Domain.Machine.Type != "" {
-			row.RunningMachine = g.VMI.Spec.Domain.Machine.Type
-		}
-		row.RunningQEMU = "9.0.2"
+		row.RunningMachine = translate.RunningMachine(g.VMI)
+		row.RunningQEMU = translate.RunningQEMU
 	}
 	return row
 }

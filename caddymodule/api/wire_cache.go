@@ -51,6 +51,9 @@ type rowInputs struct {
 	// lock is the snapshot or rollback lock held from the call on,
 	// before KubeVirt marks the VM.
 	lock string
+	// noUserMigration: no migration a user asked for is under way (see
+	// kube.Cluster.NoUserMigration).
+	noUserMigration bool
 }
 
 // guestRow is one VM's rows, encoded once each on first use.
@@ -87,6 +90,7 @@ func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
 	}
 	in.usage, in.hasUsage = usageOfGuest(c, g)
 	in.lock = snapshotLock(c, g)
+	in.noUserMigration = c != nil && c.NoUserMigration(g)
 	return in
 }
 
@@ -108,6 +112,7 @@ func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 func buildRow(g kube.Guest, in rowInputs) *guestRow {
 	row := &guestRow{in: in, g: g, ns: g.Namespace(), acl: "/vms/" + strconv.Itoa(g.VMID)}
 	row.f = factsWith(g, in.usage, in.hasUsage, in.lock, time.Time{})
+	row.f.dropMigrateLock(in.noUserMigration)
 	if row.f.state.Running() {
 		row.since, _ = translate.RunningSince(g.VMI)
 	}

@@ -251,6 +251,80 @@ func nodeOf(name, vmid string) step {
 	return step{name: name, do: func(r *runner) any { return r.node(vmid) }}
 }
 
+// pendingOf observes …/pending once key has a pending value there, or
+// after 30 seconds (KubeVirt's RestartRequired follows a config write).
+func pendingOf(name, vmid, key string) step {
+	return step{name: name, do: func(r *runner) any {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			o := r.get(vmid, "pending")
+			rows, _ := o.(map[string]any)["data"].([]any)
+			for _, row := range rows {
+				if m, _ := row.(map[string]any); m["key"] == key && m["pending"] != nil {
+					return o
+				}
+			}
+			if time.Now().After(deadline) {
+				return o
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}}
+}
+
+// expectRows checks rows of a …/pending step on both clusters: each want
+// is "key value" (nothing pending) or "key value>pending" (an empty value:
+// none yet).
+func expectRows(s step, want ...string) step {
+	do := s.do
+	s.do = func(r *runner) any {
+		o := do(r)
+		got := map[string]string{}
+		if m, _ := o.(map[string]any); m != nil {
+			rows, _ := m["data"].([]any)
+			for _, row := range rows {
+				if e, _ := row.(map[string]any); e != nil {
+					v := ""
+					if e["value"] != nil {
+						v = fmt.Sprint(e["value"])
+					}
+					if e["pending"] != nil {
+						v += ">" + fmt.Sprint(e["pending"])
+					}
+					got[fmt.Sprint(e["key"])] = v
+				}
+			}
+		}
+		for _, w := range want {
+			k, v, _ := strings.Cut(w, " ")
+			if got[k] != v {
+				r.errs = append(r.errs, fmt.Sprintf("%s: %s is %q, want %q", s.name, k, got[k], v))
+			}
+		}
+		return o
+	}
+	return s
+}
+
+// migrateAway live-migrates vmid to a node its instance does not run on
+// (see migrateRefused).
+func migrateAway(vmid string) step {
+	return step{name: "migrate away", do: func(r *runner) any {
+		for _, n := range nodeNames {
+			if n == r.node(vmid) {
+				continue
+			}
+			o := r.taskLogged("POST", r.vm(vmid, "migrate"), form("target", n, "online", "1"), "already runs on node")
+			if log, _ := o["log"].([]string); len(log) == 1 {
+				continue
+			}
+			delete(o, "log")
+			return o
+		}
+		return "no node to migrate to"
+	}}
+}
+
 func clone(vmid, newid string, kv ...string) step {
 	return step{name: "clone to " + newid, do: func(r *runner) any {
 		return r.task("POST", r.vm(vmid, "clone"), form(append([]string{"newid", newid}, kv...)...))
@@ -364,6 +438,28 @@ func cases() []bcase {
 			failing(resize("shrink", "7060", "scsi0", "6G")),
 			config("config", "7060"),
 			destroy("7060"),
+		}},
+		{"hotplug", []step{
+			create("7130", "name", "b-hotplug", "memory", "1024", "sockets", "1", "cores", "1", "scsi0", "ceph-rbd:2", "net0", "virtio,bridge=vmbr0"),
+			power("start", "7130"),
+			status("running", "7130", "running"),
+			// KubeVirt's LiveUpdate rollout takes new sockets and memory
+			// into the running instance at once; the guest gets them on
+			// its next live migration (the clusters' KubeVirt CR does not
+			// let the workload updater migrate by itself): pending until
+			// then (issue 13 item 7).
+			setConfig("add socket", "7130", "sockets", "2"),
+			setConfig("grow memory", "7130", "memory", "2048"),
+			expectRows(pending("pending hotplug", "7130"), "sockets 1>2", "memory 1024>2048"),
+			migrateAway("7130"),
+			expectRows(pending("pending after migration", "7130"), "sockets 2", "memory 2048"),
+			// Cores and the CPU model need a restart (RestartRequired).
+			setConfig("more cores", "7130", "cores", "2", "cpu", "host"),
+			expectRows(pendingOf("pending restart", "7130", "cpu"), "cores 1>2", "cpu >host", "sockets 2"),
+			power("reboot", "7130"),
+			status("rebooted", "7130", "running"),
+			expectRows(pending("pending after reboot", "7130"), "cores 2", "cpu host"),
+			destroy("7130"),
 		}},
 		{"snapshot-ceph", []step{
 			create("7070", "name", "b-snap", "memory", "512", "cores", "1", "scsi0", "ceph-rbd:2"),

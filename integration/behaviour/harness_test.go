@@ -287,8 +287,7 @@ func (r *runner) waitStatus(vmid, status string, timeout time.Duration) any {
 
 // statusKeys are the keys of status/current that do not change from one
 // look to the next (not uptime, cpu, memory or pid). running-machine is
-// observed by the machine case only, so that its divergence is listed
-// once.
+// observed by the machine case only.
 var statusKeys = []string{"status", "qmpstatus", "lock", "name", "agent", "tags", "template"}
 
 // nodeNames are the PVE names of the simulated cluster's nodes, which the
