@@ -405,15 +405,16 @@ func stripVM(obj any) (any, error) {
 // stripVMI keeps of an instance what the API reads: its status (phase and
 // its times, conditions, node, interfaces, guest OS, machine, CPU topology,
 // memory, the failure reason of a migration) and, of its spec, the
-// running sizing, machine, disks and NICs (pending view, console checks)
-// and hostname. The rest of the spec repeats the VM's template.
+// running sizing, CPU model, firmware, machine, disks and NICs (pending
+// view, restart-only keys, console checks) and hostname. The rest of the
+// spec repeats the VM's template.
 func stripVMI(obj any) (any, error) {
 	if vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance); ok {
 		d := vmi.Spec.Domain
 		vmi.Spec = kubevirtv1.VirtualMachineInstanceSpec{
 			Hostname: vmi.Spec.Hostname,
 			Domain: kubevirtv1.DomainSpec{
-				Resources: d.Resources, CPU: d.CPU, Memory: d.Memory, Machine: d.Machine,
+				Resources: d.Resources, CPU: d.CPU, Memory: d.Memory, Machine: d.Machine, Firmware: d.Firmware,
 				Devices: kubevirtv1.Devices{
 					Disks: d.Devices.Disks, Interfaces: d.Devices.Interfaces,
 					AutoattachGraphicsDevice: d.Devices.AutoattachGraphicsDevice,
@@ -450,7 +451,8 @@ func stripVMI(obj any) (any, error) {
 // only the plugin's own: CDI and the volume controllers leave a dozen on
 // each claim (binding, populator progress, provisioner), none read here.
 // Of a claim's spec and status it keeps what sizes, places and binds it;
-// of a DataVolume's spec its source. Both are only ever merge-patched.
+// of a DataVolume's spec its source and storage. Both are only ever
+// merge-patched.
 func stripStorage(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetLabels(ownKeys(m.GetLabels()))
@@ -471,14 +473,14 @@ func stripStorage(obj any) (any, error) {
 			}
 		}
 	case *cdiv1.DataVolume:
-		// Of its spec only the source is read (what a download or upload
-		// task reports); of an http source the URL, not its headers or
-		// secrets.
+		// Of its spec the source is read (what a download or upload task
+		// reports; of an http source the URL, not its headers or secrets)
+		// and the storage (a disk's size net of CDI's overhead).
 		src := o.Spec.Source
 		if src != nil && src.HTTP != nil {
 			src.HTTP = &cdiv1.DataVolumeSourceHTTP{URL: src.HTTP.URL}
 		}
-		o.Spec = cdiv1.DataVolumeSpec{Source: src}
+		o.Spec = cdiv1.DataVolumeSpec{Source: src, Storage: o.Spec.Storage, PVC: o.Spec.PVC}
 		o.Status.ClaimName = ""
 		for i := range o.Status.Conditions {
 			o.Status.Conditions[i].LastHeartbeatTime = metav1.Time{}
