@@ -402,27 +402,17 @@ func stripVM(obj any) (any, error) {
 	return stripMeta(obj)
 }
 
-// stripVMI keeps of an instance what the API reads: its status (phase and
-// its times, conditions, node, interfaces, guest OS, machine, CPU topology,
-// memory, the failure reason of a migration) and, of its spec, the
-// running sizing, CPU model, firmware, machine, disks and NICs (pending
-// view, restart-only keys, console checks) and hostname. The rest of the
-// spec repeats the VM's template.
+// stripVMI keeps of an instance what the API reads: its spec but for its
+// volumes, affinity and tolerations, and its status but for the volume,
+// boot and pod bookkeeping; of its migration state the uid and failure
+// reason (migrationFailure).
 func stripVMI(obj any) (any, error) {
 	if vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance); ok {
-		d := vmi.Spec.Domain
-		vmi.Spec = kubevirtv1.VirtualMachineInstanceSpec{
-			Hostname: vmi.Spec.Hostname,
-			Domain: kubevirtv1.DomainSpec{
-				Resources: d.Resources, CPU: d.CPU, Memory: d.Memory, Machine: d.Machine, Firmware: d.Firmware,
-				Devices: kubevirtv1.Devices{
-					Disks: d.Devices.Disks, Interfaces: d.Devices.Interfaces,
-					AutoattachGraphicsDevice: d.Devices.AutoattachGraphicsDevice,
-					AutoattachSerialConsole:  d.Devices.AutoattachSerialConsole,
-				},
-			},
-		}
-		vmi.Finalizers = nil
+		// The API reads only domain sizing and status; volumes and the rest of
+		// the domain are dead weight in the cache.
+		vmi.Spec.Volumes = nil
+		vmi.Spec.Affinity = nil
+		vmi.Spec.Tolerations = nil
 		vmi.Status.VolumeStatus = nil
 		vmi.Status.KernelBootStatus = nil
 		if m := vmi.Status.MigrationState; m != nil {
