@@ -80,6 +80,10 @@ type Cluster struct {
 	vms, vmis, nodes, storageClasses, namespaces, tasks, pvcs *store
 	// poolRecords are the ConfigMaps holding pools (task namespace).
 	poolRecords *store
+	// vmidClaims are the vmid claims (ConfigMaps, task namespace), for
+	// /cluster/nextid: it must not offer an id a create holds, and must
+	// not wait on the apiserver to know.
+	vmidClaims *store
 	// snapshots and restores are nil when the cluster lacks the API;
 	// migrations when the plugin may not list them.
 	snapshots, restores, migrations *store
@@ -249,6 +253,17 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, nil, stripMeta, poolsChanged)
 
+	c.vmidClaims = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = claimLabel + "=true"
+			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = claimLabel + "=true"
+			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
+		},
+	}, c.opts.Resync, nil, stripMeta, nil)
+
 	c.pvcs = newStore(runCtx, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, o)
@@ -307,7 +322,7 @@ func (c *Cluster) Synced() bool {
 }
 
 func (c *Cluster) allStores() []*store {
-	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs, c.poolRecords}
+	out := []*store{c.vms, c.vmis, c.nodes, c.storageClasses, c.tasks, c.pvcs, c.poolRecords, c.vmidClaims}
 	if c.namespaces != nil {
 		out = append(out, c.namespaces)
 	}

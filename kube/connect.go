@@ -54,6 +54,10 @@ func Connect(ctx context.Context, kc Kubeconfig, opts Options) (*Cluster, error)
 	return c, nil
 }
 
+// The plugin's request rate limit towards kube-apiserver, per client (its
+// own, and each caller's impersonating one).
+const clientQPS, clientBurst = 50, 100
+
 // restConfig loads a kubeconfig with the standard rules (explicit path,
 // $KUBECONFIG, ~/.kube/config), falling back to the in-cluster config.
 func restConfig(path, context string) (*rest.Config, error) {
@@ -67,6 +71,17 @@ func restConfig(path, context string) (*rest.Config, error) {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "caddy-proxmox"
+	// client-go's default (5 requests/s, bursts of 10) is for kubectl: a
+	// create here takes five or six calls (vmid claim, VM, task record,
+	// cloud-init Secret), so a few clients at once waited seconds on the
+	// limiter, and an id nextid offered stayed uncreated that long. As
+	// controllers do, allow more; a kubeconfig that sets its own stays.
+	if cfg.QPS == 0 {
+		cfg.QPS = clientQPS
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = clientBurst
+	}
 	return cfg, nil
 }
 

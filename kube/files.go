@@ -102,15 +102,26 @@ func (c *Cluster) CreateFile(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.
 	// The existence checks read as the plugin, so that a file the caller
 	// cannot see is still refused as PVE refuses it; the create is the
 	// caller's.
-	_, err := c.own.kube.CoreV1().PersistentVolumeClaims(dv.Namespace).Get(ctx, dv.Name, metav1.GetOptions{})
+	pvc, err := c.own.kube.CoreV1().PersistentVolumeClaims(dv.Namespace).Get(ctx, dv.Name, metav1.GetOptions{})
 	switch {
+	case err == nil && pvc.DeletionTimestamp != nil:
+		// A file deleted a moment ago whose claim is still going (its
+		// protection finalizer): PVE's file is gone once deleted, and a
+		// client replacing it downloads again at once.
+		if err := c.waitFileGoneFor(ctx, dv.Namespace, dv.Name); err != nil {
+			return nil, exists
+		}
 	case err == nil:
 		return nil, exists
 	case !apierrors.IsNotFound(err):
 		return nil, err
 	}
-	_, err = c.own.cdi.CdiV1beta1().DataVolumes(dv.Namespace).Get(ctx, dv.Name, metav1.GetOptions{})
+	old, err := c.own.cdi.CdiV1beta1().DataVolumes(dv.Namespace).Get(ctx, dv.Name, metav1.GetOptions{})
 	switch {
+	case err == nil && old.DeletionTimestamp != nil:
+		if err := c.waitFileGoneFor(ctx, dv.Namespace, dv.Name); err != nil {
+			return nil, exists
+		}
 	case err == nil:
 		return nil, exists
 	case !apierrors.IsNotFound(err):
@@ -309,6 +320,17 @@ func (c *Cluster) DropFile(ctx context.Context, ns, name string) error {
 		return nil
 	}
 	return err
+}
+
+// fileGoneWait bounds how long a new file waits for a deleted one of its
+// name to go.
+const fileGoneWait = 30 * time.Second
+
+// waitFileGoneFor is WaitFileGone for at most fileGoneWait.
+func (c *Cluster) waitFileGoneFor(ctx context.Context, ns, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, fileGoneWait)
+	defer cancel()
+	return c.WaitFileGone(ctx, ns, name)
 }
 
 // WaitFileGone waits until neither the claim nor the DataVolume ns/name

@@ -303,3 +303,28 @@ func TestUploadWithWorker(t *testing.T) {
 		t.Fatalf("after a late End: %s", got.ExitStatus)
 	}
 }
+
+// A file deleted a moment ago whose claim is still going (a finalizer) is
+// waited for, not a reason to refuse the new one; a file that stays is.
+func TestCreateFileAfterDeletedOne(t *testing.T) {
+	c := isoCluster(t, 0)
+	ctx := context.Background()
+	now := metav1.Now()
+	pvcs := c.own.kube.CoreV1().PersistentVolumeClaims("default")
+	if _, err := pvcs.Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+		Name: "a-iso", Namespace: "default", DeletionTimestamp: &now, Finalizers: []string{"kubernetes.io/pvc-protection"},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the protection controller, later
+		_ = pvcs.Delete(context.Background(), "a-iso", metav1.DeleteOptions{})
+	}()
+	if _, err := c.CreateFile(ctx, translate.FileDataVolume(isoDV("a.iso", "https://mirror.example/a.iso"))); err != nil {
+		t.Fatalf("a file whose claim was going: %v", err)
+	}
+	var exists *FileExistsError
+	if _, err := c.CreateFile(ctx, translate.FileDataVolume(isoDV("a.iso", "https://mirror.example/a.iso"))); !errors.As(err, &exists) {
+		t.Fatalf("a file that exists: %v", err)
+	}
+}

@@ -97,6 +97,12 @@ func (c *Cluster) Guest(vmid int) (Guest, error) {
 	return c.guest(vmid, o.(*kubevirtv1.VirtualMachine), c.nodeTable()), nil
 }
 
+// GuestOf is the Guest of vm under vmid, as Guest would show it: for a VM
+// just written, whose id the cache may not resolve to it alone yet.
+func (c *Cluster) GuestOf(vmid int, vm *kubevirtv1.VirtualMachine) Guest {
+	return c.guest(vmid, vm, c.nodeTable())
+}
+
 func (c *Cluster) guest(id int, vm *kubevirtv1.VirtualMachine, nt *nodeTable) Guest {
 	g := Guest{VMID: id, VM: vm}
 	if o := c.vmis.get(vm.Namespace, vm.Name); o != nil {

@@ -3,13 +3,16 @@ package kube
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // listWatchFuncs builds a ListWatch for one namespace ("" = all) of a typed
@@ -24,6 +27,16 @@ type listWatchFuncs struct {
 // that serving a list of namespaces needs no cluster-wide list/watch rights.
 type store struct {
 	byNS map[string]cache.SharedIndexInformer // "" key = all namespaces
+	// writes overlays each informer's store with the objects our own
+	// writes returned (client-go's mutation cache), keyed as byNS: a read
+	// returns the newer of the two by resourceVersion, so that a watch
+	// event older than our write (a controller's earlier write, delivered
+	// after our answer) cannot hide it. An entry goes once the informer
+	// has caught up, or after mutationTTL.
+	writes map[string]cache.MutationCache
+	// written are the keys put lately (key → expiry, unix nanos): list
+	// consults the overlay only for them.
+	written sync.Map
 	// transform is what the informers apply to what they store; put
 	// applies it too.
 	transform cache.TransformFunc
@@ -40,7 +53,7 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s := &store{byNS: map[string]cache.SharedIndexInformer{}, transform: transform, onChange: onChange}
+	s := &store{byNS: map[string]cache.SharedIndexInformer{}, writes: map[string]cache.MutationCache{}, transform: transform, onChange: onChange}
 	// During an outage list and watch wait for the cluster to come back
 	// (see health), and their outcomes tell whether the cache is current.
 	h := healthFrom(ctx)
@@ -81,13 +94,35 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 		if transform != nil {
 			_ = inf.SetTransform(transform)
 		}
-		if onChange != nil {
-			_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(o any) { onChange(nil, o) },
-				UpdateFunc: func(o, n any) { onChange(o, n) },
-				DeleteFunc: func(o any) { onChange(o, nil) },
-			})
-		}
+		mc := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(), cache.MutationCacheOptions{
+			Indexer: inf.GetIndexer(), TTL: mutationTTL, MaxCacheSize: mutationMax,
+		})
+		s.writes[ns] = mc
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(o any) {
+				caughtUp(mc, o)
+				if onChange != nil {
+					onChange(nil, o)
+				}
+			},
+			UpdateFunc: func(o, n any) {
+				caughtUp(mc, n)
+				if onChange != nil {
+					onChange(o, n)
+				}
+			},
+			DeleteFunc: func(o any) {
+				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+					o = d.Obj
+				}
+				if ro, ok := o.(runtime.Object); ok {
+					mc.OnDelete(ro)
+				}
+				if onChange != nil {
+					onChange(o, nil)
+				}
+			},
+		})
 		s.byNS[ns] = inf
 	}
 	return s
@@ -97,6 +132,24 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 type listThenWatch struct{}
 
 func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+const (
+	// mutationTTL bounds how long a write of ours overrides the informer:
+	// far longer than a watch event takes, short enough that an object
+	// whose later events never come (a relist dropped it) is not shown
+	// for long.
+	mutationTTL = time.Minute
+	// mutationMax bounds the overlay: the writes of one minute.
+	mutationMax = 4096
+)
+
+// caughtUp tells the overlay what the informer stored, so that an entry
+// the informer has caught up with goes at once.
+func caughtUp(mc cache.MutationCache, o any) {
+	if ro, ok := o.(runtime.Object); ok {
+		mc.OnAddOrUpdate(ro)
+	}
+}
 
 func (s *store) run(ctx context.Context) {
 	for _, inf := range s.byNS {
@@ -158,9 +211,35 @@ func (s *store) put(obj runtime.Object, created bool) {
 		return
 	}
 	_ = st.Update(o)
+	// The informer may still deliver an event older than this write and
+	// overwrite the store with it; the overlay keeps the write visible.
+	if mc, ok := s.writesFor(m.GetNamespace()).(cache.MutationCache); ok {
+		mc.Mutation(o)
+		if key, err := cache.MetaNamespaceKeyFunc(o); err == nil {
+			s.written.Store(key, time.Now().Add(mutationTTL).UnixNano())
+		}
+	}
 	if s.onChange != nil {
 		s.onChange(old, o)
 	}
+}
+
+// writesFor is the overlay of the informer serving ns, or (for a store
+// built without one) that informer's store itself.
+func (s *store) writesFor(ns string) interface {
+	GetByKey(key string) (any, bool, error)
+	ByIndex(index, value string) ([]any, error)
+} {
+	if mc, ok := s.writes[metav1.NamespaceAll]; ok {
+		return mc
+	}
+	if mc, ok := s.writes[ns]; ok {
+		return mc
+	}
+	if inf := s.informerFor(ns); inf != nil {
+		return inf.GetIndexer()
+	}
+	return nil
 }
 
 // olderThan tells whether m's resourceVersion is below that of cached.
@@ -197,7 +276,7 @@ func (s *store) get(ns, name string) any {
 	if ns != "" {
 		key = ns + "/" + name
 	}
-	obj, ok, err := inf.GetStore().GetByKey(key)
+	obj, ok, err := s.writesFor(ns).GetByKey(key)
 	if err != nil || !ok {
 		return nil
 	}
@@ -207,25 +286,69 @@ func (s *store) get(ns, name string) any {
 // list returns every cached object in no particular order; callers that
 // answer with a list sort by what they show.
 func (s *store) list() []any {
+	var out []any
 	if len(s.byNS) == 1 {
 		for _, inf := range s.byNS {
-			return inf.GetStore().List()
+			out = inf.GetStore().List()
+		}
+	} else {
+		for _, inf := range s.byNS {
+			out = append(out, inf.GetStore().List()...)
 		}
 	}
-	var out []any
-	for _, inf := range s.byNS {
-		out = append(out, inf.GetStore().List()...)
+	return s.overlay(out)
+}
+
+// overlay replaces, in objs (a fresh list), the objects a write of ours
+// has since superseded.
+func (s *store) overlay(objs []any) []any {
+	now := time.Now().UnixNano()
+	recent := map[string]bool{}
+	s.written.Range(func(k, v any) bool {
+		if v.(int64) < now {
+			s.written.Delete(k)
+		} else {
+			recent[k.(string)] = true
+		}
+		return true
+	})
+	if len(recent) == 0 {
+		return objs
 	}
-	return out
+	for i, o := range objs {
+		m, ok := o.(metav1.Object)
+		if !ok {
+			continue
+		}
+		key := m.GetName()
+		if m.GetNamespace() != "" {
+			key = m.GetNamespace() + "/" + key
+		}
+		if !recent[key] {
+			continue
+		}
+		if newer, ok, err := s.writesFor(m.GetNamespace()).GetByKey(key); err == nil && ok {
+			objs[i] = newer
+		}
+	}
+	return objs
 }
 
 // byIndex merges an index lookup over every informer.
 func (s *store) byIndex(index, value string) []any {
 	var out []any
-	for _, inf := range s.byNS {
-		items, err := inf.GetIndexer().ByIndex(index, value)
-		if err == nil {
-			out = append(out, items...)
+	for ns, inf := range s.byNS {
+		items, err := s.writesFor(ns).ByIndex(index, value)
+		if err != nil {
+			continue
+		}
+		// The overlay answers by the informer's index: a write of ours
+		// may have moved an object out of value since.
+		fn := inf.GetIndexer().GetIndexers()[index]
+		for _, o := range items {
+			if vals, err := fn(o); err == nil && slices.Contains(vals, value) {
+				out = append(out, o)
+			}
 		}
 	}
 	return out

@@ -1,16 +1,24 @@
 package kube
 
 import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // ReserveNextVMID hands each id out once per hold, per cluster: two
 // clients asking at once get different ids, another cluster's holds do
 // not count, and an id comes back once its hold has passed.
 func TestReserveNextVMID(t *testing.T) {
-	c := tableCluster(vmWithID("n", "a", "100", 0))
-	other := tableCluster(vmWithID("n", "a", "100", 0))
+	c, other := tableCluster(vmWithID("n", "a", "100", 0)), tableCluster(vmWithID("n", "a", "100", 0))
 	t0 := time.Now()
 	next := func(c *Cluster, at time.Duration) int {
 		t.Helper()
@@ -34,5 +42,79 @@ func TestReserveNextVMID(t *testing.T) {
 	}
 	if id, ok := c.ReserveNextVMID(100); !ok || id < 101 {
 		t.Fatalf("ReserveNextVMID = %d, %v", id, ok)
+	}
+}
+
+// An id a client was told is free (HoldVMID), or that a live claim holds
+// (a create in flight, maybe on another replica), is not offered; a
+// stale claim (its VM gone, its create long over) does not hold it.
+func TestReserveNextVMIDSkipsHeldAndClaimed(t *testing.T) {
+	c := poolCluster(t, Options{})
+	ctx := context.Background()
+	from, ok := c.NextVMID(100, nil) // the seeded VMs take some
+	if !ok {
+		t.Fatal("no free id")
+	}
+	id := func(n int) string { return strconv.Itoa(from + n) }
+	c.HoldVMID(from)
+	claim := func(vmid string, created time.Time) {
+		_, err := c.own.kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: claimPrefix + vmid, Namespace: "default", CreationTimestamp: metav1.NewTime(created),
+				Labels: map[string]string{claimLabel: "true"}},
+			Data: map[string]string{"vmid": vmid, "namespace": "default", "name": "in-flight-" + vmid, "node": "node-b"},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the claim in the cache", func() bool { return c.vmidClaims.get("default", claimPrefix+vmid) != nil })
+	}
+	claim(id(1), time.Now())
+	claim(id(2), time.Now().Add(-2*claimInFlight))
+	if got, ok := c.ReserveNextVMID(from); !ok || got != from+2 {
+		t.Fatalf("ReserveNextVMID = %d, %v; want %d (%d held, %d claimed)", got, ok, from+2, from, from+1)
+	}
+	if used, node := c.VMIDInUse(from + 1); !used || node != "node-b" {
+		t.Fatalf("VMIDInUse(claimed) = %v, %q; want in use on node-b", used, node)
+	}
+	if used, _ := c.VMIDInUse(from + 3); used {
+		t.Fatal("VMIDInUse(free) = true")
+	}
+}
+
+// A VM deleted a moment ago by another client is gone from the apiserver
+// but may still be cached; a create of its vmid takes over its stale
+// claim and must then resolve to the new VM alone, not to both (an
+// ambiguous id, which the API refused and undid the create for).
+func TestCreateVMOverStaleCachedVM(t *testing.T) {
+	c := poolCluster(t, Options{})
+	ctx := context.Background()
+	gone := vmWithID("default", "deleted-elsewhere", "4321", time.Minute)
+	gone.UID = "gone-uid"
+	gone.ResourceVersion = "1"
+	c.vms.put(gone, true) // as a cache that has not heard of the delete yet
+	if _, err := c.own.kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: claimPrefix + "4321", Namespace: "default", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Minute))},
+		Data:       map[string]string{"vmid": "4321", "namespace": "default", "name": "deleted-elsewhere", "uid": "gone-uid"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newVM := func(name string) *kubevirtv1.VirtualMachine {
+		vm := vmWithID("default", name, "4321", 0)
+		vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+		vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
+		return vm
+	}
+	created, err := c.CreateVM(ctx, newVM("made-now"))
+	if err != nil {
+		t.Fatalf("create over a stale claim: %v", err)
+	}
+	if g := mustGuest(t, c, 4321); g.VM.UID != created.UID {
+		t.Fatalf("vmid 4321 resolves to %s/%s, want the new VM", g.Namespace(), g.Name())
+	}
+	// And a second create of the id is refused with PVE's text.
+	_, err = c.CreateVM(ctx, newVM("made-later"))
+	var taken *VMIDTakenError
+	if !errors.As(err, &taken) || !strings.HasPrefix(err.Error(), "VM 4321 already exists on node '") {
+		t.Fatalf("second create: %v", err)
 	}
 }

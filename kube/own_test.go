@@ -46,6 +46,7 @@ var ownUsers = map[string]string{
 	"Tasks.Begin":                   "task records: the plugin's",
 	"Tasks.lookup":                  "task records: the plugin's",
 	"Tasks.persist":                 "task records: the plugin's",
+	"Tasks.removeClone":             "a failed clone's own VM (UID-guarded), after the request that made it ended",
 	"Tasks.prune":                   "task records: the plugin's",
 	"Tasks.AttachSession":           "console session records: task records",
 	"Session.update":                "console session records: task records",

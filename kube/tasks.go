@@ -318,9 +318,8 @@ func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
 	}
 	if t.Running() && ts.c.Healthy() == nil {
 		if done, exit, lines := ts.evaluate(t, time.Now()); done {
-			t.Log = append(t.Log, lines...)
-			t.finish(exit, time.Now())
-			go ts.persist(context.Background(), t.copy())
+			ts.end(t, exit, lines, time.Now())
+			go ts.record(context.Background(), t.copy())
 		}
 	}
 	return t, nil
@@ -518,14 +517,56 @@ func (ts *Tasks) sync(ctx context.Context, key string) {
 	now := time.Now()
 	for _, t := range tasks() {
 		if done, exit, lines := ts.evaluate(t, now); done {
-			t.Log = append(t.Log, lines...)
-			t.finish(exit, now)
-			ts.persist(ctx, t)
+			ts.end(t, exit, lines, now)
+			ts.record(ctx, t)
 		}
 	}
 }
 
-func (ts *Tasks) persist(ctx context.Context, t *Task) {
+// end ends t with exit after the log lines. A failed clone says that its
+// half-made VM goes (record removes it), as PVE's clone worker destroys
+// its target when the copy fails.
+func (ts *Tasks) end(t *Task, exit string, lines []string, now time.Time) {
+	t.Log = append(t.Log, lines...)
+	if failedClone(t, exit) {
+		t.Log = append(t.Log, fmt.Sprintf("removing the partly cloned VM %s/%s", t.namespace, t.name))
+	}
+	t.finish(exit, now)
+}
+
+// failedClone tells whether t, ending with exit, is a clone that failed:
+// its subject is the clone's new VM (see the clone endpoint).
+func failedClone(t *Task, exit string) bool {
+	return t.UPID.Type == translate.TaskClone && exit != translate.ExitOK && t.uid != ""
+}
+
+// record persists an ended task and, when this record is the one that
+// stands (another replica may have ended the task first, maybe OK), does
+// what the end asks: a failed clone's VM is deleted.
+func (ts *Tasks) record(ctx context.Context, t *Task) {
+	if ts.persist(ctx, t) && failedClone(t, t.ExitStatus) {
+		ts.removeClone(ctx, t)
+	}
+}
+
+// removeClone deletes the VM a failed clone made, guarded by its UID so
+// that no other VM of that name is touched. As the plugin: the request
+// that made it has ended; its disks (DataVolumes) and cloud-init Secret
+// are owned by it and go with it.
+func (ts *Tasks) removeClone(ctx context.Context, t *Task) {
+	uid := t.uid
+	bg := metav1.DeletePropagationBackground
+	err := ts.c.own.kv.KubevirtV1().VirtualMachines(t.namespace).Delete(ctx, t.name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg,
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		ts.c.logger.Warn("removing a failed clone", zap.String("upid", t.UPID.String()), zap.String("vm", t.subject()), zap.Error(err))
+	}
+}
+
+// persist records t's end unless another replica recorded one first; it
+// tells whether t's record is the one that stands.
+func (ts *Tasks) persist(ctx context.Context, t *Task) bool {
 	ts.mu.Lock()
 	if r := ts.recent[t.UPID.String()]; r != nil {
 		*r = *t.copy()
@@ -535,10 +576,10 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) {
 	cur, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{})
 	if err != nil {
 		ts.c.logger.Warn("task record unavailable", zap.String("upid", t.UPID.String()), zap.Error(err))
-		return
+		return false
 	}
 	if cur.Data["status"] == "stopped" {
-		return // someone finished it first; the first answer stands
+		return false // someone finished it first; the first answer stands
 	}
 	if fresh, err := taskFromConfigMap(cur); err == nil && fresh.deadline.After(t.deadline) {
 		// The record was renewed (a console session attached or is alive)
@@ -548,16 +589,18 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) {
 			*r = *fresh
 		}
 		ts.mu.Unlock()
-		return
+		return false
 	}
 	cur.Data = cm.Data
-	if _, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+	_, err = ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsConflict(err) {
 		ts.c.logger.Warn("finishing task", zap.String("upid", t.UPID.String()), zap.Error(err))
-		return
+		return false
 	}
 	ts.mu.Lock()
 	ts.forgetLocked(t.UPID.String())
 	ts.mu.Unlock()
+	return err == nil
 }
 
 func (ts *Tasks) prune(ctx context.Context, now time.Time) {
@@ -844,6 +887,17 @@ func startBlocked(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineI
 	return ""
 }
 
+// ExitInterrupted is the exit status of a task stopped by DELETE
+// …/tasks/{upid}: PVE's worker dies with "received interrupt" on the
+// signal pve-manager sends it (PVE::RESTEnvironment::fork_worker).
+const ExitInterrupted = "received interrupt"
+
+// Interrupt ends the running task upid as a stopped PVE worker ends: its
+// goal is no longer waited for, and a clone's half-made VM is removed.
+func (ts *Tasks) Interrupt(ctx context.Context, upid string) {
+	ts.fail(ctx, upid, ExitInterrupted)
+}
+
 // fail ends the running task upid with exit, as its worker would.
 func (ts *Tasks) fail(ctx context.Context, upid, exit string) {
 	u, err := translate.ParseUPID(upid)
@@ -854,8 +908,8 @@ func (ts *Tasks) fail(ctx context.Context, upid, exit string) {
 	if t == nil || !t.Running() {
 		return
 	}
-	t.finish(exit, time.Now())
-	ts.persist(ctx, t)
+	ts.end(t, exit, nil, time.Now())
+	ts.record(ctx, t)
 }
 
 func reason(vm *kubevirtv1.VirtualMachine) string {

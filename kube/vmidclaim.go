@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
@@ -24,10 +26,16 @@ const (
 
 // VMIDTakenError is returned when a create loses its vmid to another VM
 // or to a create in flight (on any replica).
-type VMIDTakenError struct{ VMID string }
+type VMIDTakenError struct {
+	VMID string
+	// Node is where the VM holding the id is (or is being created).
+	Node string
+}
 
-// Error is PVE's text for a taken vmid.
-func (e *VMIDTakenError) Error() string { return "VM " + e.VMID + " already exists" }
+// Error is PVE's text for a taken vmid (PVE::Cluster::check_vmid_unused).
+func (e *VMIDTakenError) Error() string {
+	return "VM " + e.VMID + " already exists on node '" + e.Node + "'"
+}
 
 // vmidClaim is a reservation of a vmid: the ConfigMap pve-vmid-<id> in
 // the task namespace. Creating an object is atomic in Kubernetes, so of
@@ -36,11 +44,15 @@ func (e *VMIDTakenError) Error() string { return "VM " + e.VMID + " already exis
 type vmidClaim struct {
 	c  *Cluster
 	cm *corev1.ConfigMap
+	// prev is the data of the stale claim taken over, if any.
+	prev map[string]string
 }
 
-// claimVMID reserves vmid for the VM ns/name. A claim left by a VM that
-// is gone (or by a create that never finished) is taken over.
-func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidClaim, error) {
+// claimVMID reserves vmid for the VM ns/name on node. A claim left by a
+// VM that is gone (or by a create that never finished) is taken over; the
+// claim returned then names that VM in prev, which is known to be gone
+// from the apiserver although a lagging cache may still show it.
+func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name, node string) (*vmidClaim, error) {
 	// Claims are the plugin's own records, shared by every caller and
 	// replica; callers need no rights on the task namespace.
 	cms := c.own.kube.CoreV1().ConfigMaps(c.opts.TaskNamespace)
@@ -49,12 +61,14 @@ func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidCl
 			Name: claimPrefix + vmid, Namespace: c.opts.TaskNamespace,
 			Labels: map[string]string{claimLabel: "true"},
 		},
-		Data: map[string]string{"vmid": vmid, "namespace": ns, "name": name},
+		Data: map[string]string{"vmid": vmid, "namespace": ns, "name": name, "node": node},
 	}
+	var prev map[string]string
 	for attempt := 0; attempt < 2; attempt++ {
 		out, err := cms.Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
-			return &vmidClaim{c: c, cm: out}, nil
+			c.vmidClaims.put(out, true)
+			return &vmidClaim{c: c, cm: out, prev: prev}, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("claiming vmid %s: %w", vmid, err)
@@ -70,15 +84,49 @@ func (c *Cluster) claimVMID(ctx context.Context, vmid, ns, name string) (*vmidCl
 			if err != nil {
 				return nil, err
 			}
-			return nil, &VMIDTakenError{VMID: vmid}
+			return nil, &VMIDTakenError{VMID: vmid, Node: claimNode(cur, node)}
 		}
+		prev = cur.Data
 		uid, rv := cur.UID, cur.ResourceVersion
 		err = cms.Delete(ctx, cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return nil, fmt.Errorf("taking over the stale claim of vmid %s: %w", vmid, err)
 		}
 	}
-	return nil, &VMIDTakenError{VMID: vmid}
+	return nil, &VMIDTakenError{VMID: vmid, Node: node}
+}
+
+// claimNode is the node a claim's VM is on, or def for claims that do
+// not say (made by earlier versions).
+func claimNode(cm *corev1.ConfigMap, def string) string {
+	if n := cm.Data["node"]; n != "" {
+		return n
+	}
+	return def
+}
+
+// vmidClaimed tells, from the cache, whether a claim holds vmid (a create
+// in flight on any replica, or a VM the VM cache does not show yet), and
+// on which node. Only /cluster/nextid's answers depend on it (CreateVM's
+// claim is the atomic check), so the cache's lag is acceptable there, and
+// asking the apiserver on every call was not: its client's rate limit
+// made nextid take seconds under load (bpg gives it six).
+func (c *Cluster) vmidClaimed(vmid string) (bool, string) {
+	cm := cached[corev1.ConfigMap](c.vmidClaims, c.opts.TaskNamespace, claimPrefix+vmid)
+	if cm == nil {
+		return false, ""
+	}
+	if time.Since(cm.CreationTimestamp.Time) < claimInFlight {
+		return true, claimNode(cm, "")
+	}
+	vm := cached[kubevirtv1.VirtualMachine](c.vms, cm.Data["namespace"], cm.Data["name"])
+	if vm == nil {
+		return false, ""
+	}
+	if uid := cm.Data["uid"]; uid != "" {
+		return string(vm.UID) == uid, claimNode(cm, "")
+	}
+	return vm.Labels[translate.LabelVMID] == vmid, claimNode(cm, "")
 }
 
 // claimLive tells whether a claim still holds its vmid: its VM exists
@@ -106,7 +154,10 @@ func (c *Cluster) claimLive(ctx context.Context, cm *corev1.ConfigMap) (bool, er
 // commit records the created VM's UID, so the claim ends with that VM.
 func (cl *vmidClaim) commit(ctx context.Context, uid types.UID) {
 	cl.cm.Data["uid"] = string(uid)
-	if _, err := cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Update(ctx, cl.cm, metav1.UpdateOptions{}); err != nil {
+	out, err := cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Update(ctx, cl.cm, metav1.UpdateOptions{})
+	if err == nil {
+		cl.c.vmidClaims.put(out, false)
+	} else {
 		// The VM carries the label; the claim stays valid through it.
 		cl.c.logger.Debug("recording the vmid claim", zap.String("claim", cl.cm.Name), zap.Error(err))
 	}
@@ -115,5 +166,7 @@ func (cl *vmidClaim) commit(ctx context.Context, uid types.UID) {
 // release gives the vmid back after a failed create.
 func (cl *vmidClaim) release(ctx context.Context) {
 	uid := cl.cm.UID
-	_ = cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Delete(ctx, cl.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err := cl.c.own.kube.CoreV1().ConfigMaps(cl.cm.Namespace).Delete(ctx, cl.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err == nil {
+		cl.c.vmidClaims.drop(cl.cm)
+	}
 }

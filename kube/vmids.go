@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -136,20 +137,62 @@ func (c *Cluster) table() *vmidTable {
 // VMIDTaken tells whether id is shown by, or claimed by, any VM.
 func (c *Cluster) VMIDTaken(id int) bool { return c.table().taken(id) }
 
-// nextIDHold is how long ReserveNextVMID keeps an id it handed out.
+// VMIDInUse tells whether id is taken by a VM the cache shows or by a
+// live claim (a create in flight on any replica, or one that finished a
+// moment ago whose VM is not cached yet), and on which node ("" when that
+// is not known), so that /cluster/nextid never offers an id that was just
+// taken.
+func (c *Cluster) VMIDInUse(id int) (bool, string) {
+	if g, err := c.Guest(id); err == nil {
+		return true, g.Node
+	}
+	if c.VMIDTaken(id) {
+		return true, ""
+	}
+	return c.vmidClaimed(strconv.Itoa(id))
+}
+
+// nextIDHold is how long an id /cluster/nextid offered stays out of its
+// answers.
 const nextIDHold = 30 * time.Second
 
-// idHolds are the ids ReserveNextVMID handed out lately, by time.
+// idHolds are the ids /cluster/nextid offered lately, by time.
 type idHolds struct {
 	mu   sync.Mutex
 	held map[int]time.Time
 }
 
+func (h *idHolds) expire(now time.Time) {
+	for id, t := range h.held {
+		if now.Sub(t) >= nextIDHold {
+			delete(h.held, id)
+		}
+	}
+}
+
+func (h *idHolds) hold(id int, now time.Time) {
+	if h.held == nil {
+		h.held = map[int]time.Time{}
+	}
+	h.held[id] = now
+}
+
+// HoldVMID keeps id out of ReserveNextVMID's answers for a while: a client
+// was told it is free (/cluster/nextid?vmid=id) or is creating it, and
+// another client asking for a free id must not be given it meanwhile.
+func (c *Cluster) HoldVMID(id int) {
+	h := &c.nextIDs
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hold(id, time.Now())
+}
+
 // ReserveNextVMID is NextVMID for /cluster/nextid: it skips the ids it
-// handed out in the last 30 s and holds the one it returns as long, so
-// that two clients asking at once are not given the same id. The holds
-// belong to this cluster connection: sites on other clusters do not share
-// them, and neither do replicas (their creates meet at the vmid claim).
+// offered (or HoldVMID held) in the last 30 s, and those a live claim
+// holds, and holds the one it returns as long, so that two
+// clients asking at once are not given the same id, nor one whose create
+// is under way. The holds belong to this cluster connection; replicas
+// meet at the claims.
 func (c *Cluster) ReserveNextVMID(from int) (int, bool) {
 	return c.reserveNextVMID(from, time.Now())
 }
@@ -158,17 +201,17 @@ func (c *Cluster) reserveNextVMID(from int, now time.Time) (int, bool) {
 	h := &c.nextIDs
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for id, t := range h.held {
-		if now.Sub(t) >= nextIDHold {
-			delete(h.held, id)
+	h.expire(now)
+	held := func(id int) bool { _, ok := h.held[id]; return ok }
+	id, ok := c.NextVMID(from, func(id int) bool {
+		if held(id) {
+			return true
 		}
-	}
-	id, ok := c.NextVMID(from, func(id int) bool { _, held := h.held[id]; return held })
+		claimed, _ := c.vmidClaimed(strconv.Itoa(id))
+		return claimed
+	})
 	if ok {
-		if h.held == nil {
-			h.held = map[int]time.Time{}
-		}
-		h.held[id] = now
+		h.hold(id, now)
 	}
 	return id, ok
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,16 +20,21 @@ import (
 )
 
 // CreateVM creates a VirtualMachine. The caller has built it from PVE
-// parameters; this only writes it.
+// parameters; this only writes it. Its vmid is claimed on the apiserver
+// first, so of concurrent creates with one vmid, on any replica, exactly
+// one goes ahead; the others get a *VMIDTakenError.
 func (c *Cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (*kubevirtv1.VirtualMachine, error) {
 	if !c.Serves(vm.Namespace) {
 		return nil, fmt.Errorf("namespace %q is not served", vm.Namespace)
 	}
-	// Of concurrent creates with one vmid, on any replica, one goes ahead.
 	var claim *vmidClaim
 	if id := vm.Labels[translate.LabelVMID]; id != "" {
+		if n, err := strconv.Atoi(id); err == nil {
+			// nextid must not offer it while the create is under way.
+			c.HoldVMID(n)
+		}
 		var err error
-		if claim, err = c.claimVMID(ctx, id, vm.Namespace, vm.Name); err != nil {
+		if claim, err = c.claimVMID(ctx, id, vm.Namespace, vm.Name, vm.Annotations[translate.AnnotationNode]); err != nil {
 			return nil, err
 		}
 	}
@@ -41,11 +47,27 @@ func (c *Cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 	}
 	if claim != nil {
 		claim.commit(ctx, out.UID)
+		c.dropStale(claim.prev)
 	}
 	// Read-your-writes: the vmid resolves for the client's next call even
 	// before the watch event arrives (put tells the vmid table).
 	c.vms.put(out, true)
 	return out, nil
+}
+
+// dropStale takes the VM of a claim that was taken over out of the
+// cache: the claim was stale because that VM is gone from the apiserver,
+// and a cache that has not heard of its deletion yet would show the id
+// twice (ambiguous) next to the new VM.
+func (c *Cluster) dropStale(prev map[string]string) {
+	if prev == nil || prev["uid"] == "" {
+		return
+	}
+	if vm := cached[kubevirtv1.VirtualMachine](c.vms, prev["namespace"], prev["name"]); vm != nil && string(vm.UID) == prev["uid"] {
+		c.vms.drop(vm)
+		c.vmidGen.Add(1)
+		c.guestGen.Add(1)
+	}
 }
 
 // DeleteVM deletes the VM, guarded by its UID. Owned objects (the VMI,

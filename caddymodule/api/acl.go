@@ -635,11 +635,14 @@ func (h *APIHandler) mayTask(q *request, t *kube.Task) bool {
 	if h.auth.noAuth || h.perms.allAdmin {
 		return true
 	}
+	return ownsTask(q, t) || h.seesNode(q, t.UPID.Node)
+}
+
+// ownsTask tells whether the caller started t (a user owns its tokens'
+// tasks too).
+func ownsTask(q *request, t *kube.Task) bool {
 	owner := t.UPID.User
-	if owner == q.id.ID() || owner == q.id.UserID || (q.id.TokenID == "" && strings.HasPrefix(owner, q.id.UserID+"!")) {
-		return true
-	}
-	return h.seesNode(q, t.UPID.Node)
+	return owner == q.id.ID() || owner == q.id.UserID || (q.id.TokenID == "" && strings.HasPrefix(owner, q.id.UserID+"!"))
 }
 
 // actAs puts the caller's Kubernetes identity on the request, when the

@@ -135,6 +135,10 @@ func (h *APIHandler) getClusterStatus(q *request) (any, *apiError) {
 
 // getNextID returns the lowest free vmid as a JSON string (Telmate and
 // go-proxmox need a string), or checks vmid= and answers 400 when taken.
+// Neither offers an id whose create is under way (a live claim), and an
+// id offered either way is not offered again for a while: clients that
+// check an id with vmid= (bpg's sequential ids) and clients that ask for
+// any free one must not meet at one id before its VM exists.
 func (h *APIHandler) getNextID(q *request) (any, *apiError) {
 	if v, ok, e := q.p.str("vmid"); e != nil {
 		return nil, e
@@ -143,9 +147,10 @@ func (h *APIHandler) getNextID(q *request) (any, *apiError) {
 		if err != nil {
 			return nil, paramErr("vmid", "%v", err)
 		}
-		if q.c.VMIDTaken(id) {
+		if used, _ := q.c.VMIDInUse(id); used {
 			return nil, paramErr("vmid", "VM %d already exists", id)
 		}
+		q.c.HoldVMID(id)
 		return strconv.Itoa(id), nil
 	}
 	id, ok := q.c.ReserveNextVMID(translate.MinVMID)

@@ -55,8 +55,8 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	if s := q.p["storage"]; s != "" && !q.c.StorageClassExists(s) {
 		return nil, paramErr("storage", "storage '%s' does not exist", s)
 	}
-	if q.c.VMIDTaken(newID) {
-		return nil, newError(http.StatusInternalServerError, "VM %d already exists", newID)
+	if e := vmidFree(q, newID, node); e != nil {
+		return nil, e
 	}
 	vm, errs := translate.CloneVM(g.VM, translate.CloneRequest{
 		NewID: newID, Node: node, Namespace: ns, Name: q.p["name"], Description: q.p["description"], Storage: q.p["storage"],

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -48,8 +49,8 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 		}
 		cfg[k] = val
 	}
-	if q.c.VMIDTaken(vmid) {
-		return nil, newError(http.StatusInternalServerError, "VM %d already exists", vmid)
+	if e := vmidFree(q, vmid, n.Name); e != nil {
+		return nil, createFailed(vmid, e)
 	}
 	vm, perrs := translate.BuildVM(h.vmRequest(q, vmid, n.Name, ns, cfg))
 	if len(perrs) > 0 {
@@ -60,7 +61,7 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 		return h.applyCloudInit(q, vmid, created, cfg["cipassword"], true)
 	})
 	if e != nil {
-		return nil, e
+		return nil, createFailed(vmid, e)
 	}
 	line := fmt.Sprintf("created VM %d as %s/%s", vmid, created.Namespace, created.Name)
 	if !start {
@@ -75,9 +76,36 @@ func (h *APIHandler) postQemu(q *request) (any, *apiError) {
 	return h.begin(q, g, guestTask{typ: translate.TaskCreate, goal: kube.GoalRunning, timeout: 5 * time.Minute, log: line, act: func(ctx context.Context) error { return c.StartVM(ctx, g) }})
 }
 
+// vmidFree answers PVE's refusal when the cache shows vmid taken (the
+// claim in createGuest is the atomic check; this one answers early and
+// catches VMs labelled outside the plugin). node is where the create asks
+// for, said when the holder's node is not known.
+func vmidFree(q *request, vmid int, node string) *apiError {
+	if !q.c.VMIDTaken(vmid) {
+		return nil
+	}
+	if g, err := q.c.Guest(vmid); err == nil {
+		node = g.Node
+	}
+	return newError(http.StatusInternalServerError, "%v", &kube.VMIDTakenError{VMID: strconv.Itoa(vmid), Node: node})
+}
+
+// createFailed prefixes a refused create as qemu-server's create_vm does
+// ("unable to create VM 100 - VM 100 already exists on node 'pve'").
+func createFailed(vmid int, e *apiError) *apiError {
+	if e.Code == http.StatusInternalServerError && strings.HasPrefix(e.Message, fmt.Sprintf("VM %d already exists on node '", vmid)) {
+		e.Message = fmt.Sprintf("unable to create VM %d - %s", vmid, e.Message)
+	}
+	return e
+}
+
 // createGuest writes a new VM and then runs setup (its cloud-init Secret),
-// or leaves nothing behind: a VM whose vmid turned out to be claimed by
-// another in the same instant, or whose setup failed, is deleted again.
+// or leaves nothing behind: a VM whose setup failed is deleted again. The
+// vmid claim CreateVM takes on the apiserver decides between concurrent
+// creates of one vmid; the cache is not asked again afterwards, since it
+// may still show a VM of that id that is already gone (deleted by another
+// client a moment ago), and undoing the create for it would answer a
+// client that its VM exists when it does not.
 func (h *APIHandler) createGuest(q *request, vmid int, vm *kubevirtv1.VirtualMachine,
 	setup func(g kube.Guest, created *kubevirtv1.VirtualMachine) *apiError) (kube.Guest, *kubevirtv1.VirtualMachine, *apiError) {
 	created, err := q.c.CreateVM(q.ctx(), vm)
@@ -91,13 +119,7 @@ func (h *APIHandler) createGuest(q *request, vmid int, vm *kubevirtv1.VirtualMac
 	if err != nil {
 		return kube.Guest{}, nil, kubeError(err)
 	}
-	g, err := q.c.Guest(vmid)
-	if err != nil || g.VM.UID != created.UID {
-		// The label names two VMs now: undo ours rather than leave an
-		// ambiguous id behind.
-		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), kube.Guest{VMID: vmid, VM: created})
-		return kube.Guest{}, nil, newError(http.StatusInternalServerError, "VM %d already exists", vmid)
-	}
+	g := q.c.GuestOf(vmid, created)
 	if e := setup(g, created); e != nil {
 		_ = q.c.DeleteVM(context.WithoutCancel(q.ctx()), g)
 		return kube.Guest{}, nil, e

@@ -87,6 +87,26 @@ func (h *APIHandler) getTaskStatus(q *request) (any, *apiError) {
 	return st, nil
 }
 
+// deleteTask stops a task, as pve-manager's DELETE …/tasks/{upid} does:
+// its owner may, anyone else needs Sys.Modify on the node. A running task
+// ends at once as PVE's interrupted worker does ("received interrupt");
+// what it waited for is not waited for any longer, and a clone's half-made
+// VM is removed (as on any failed clone). A task that has ended is left
+// as it is.
+func (h *APIHandler) deleteTask(q *request) (any, *apiError) {
+	t, e := h.task(q)
+	if e != nil {
+		return nil, e
+	}
+	if !h.perms.allAdmin && !h.auth.noAuth && !ownsTask(q, t) && !h.sees(q, "/nodes/"+t.UPID.Node, "", "", "Sys.Modify") {
+		return nil, newError(http.StatusForbidden, "Permission check failed (/nodes/%s, Sys.Modify)", t.UPID.Node)
+	}
+	if t.Running() {
+		q.c.Tasks.Interrupt(q.ctx(), t.UPID.String())
+	}
+	return nil, nil
+}
+
 // getTaskLog pages the log as [{n,t}] with the line count in total.
 func (h *APIHandler) getTaskLog(q *request) (any, *apiError) {
 	t, e := h.task(q)

@@ -286,6 +286,7 @@ func (h *APIHandler) routeTable() []route {
 		{"GET", "/nodes/{node}/tasks/{upid}", h.getTaskIndex, signedIn, 0},
 		{"GET", "/nodes/{node}/tasks/{upid}/status", h.getTaskStatus, signedIn, 0},
 		{"GET", "/nodes/{node}/tasks/{upid}/log", h.getTaskLog, signedIn, 0},
+		{"DELETE", "/nodes/{node}/tasks/{upid}", h.deleteTask, signedIn, 0},
 
 		// qemu
 		{"GET", "/nodes/{node}/qemu", h.getQemuList, signedIn, 0},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestCloneAndSnapshots(t *testing.T) {
@@ -180,5 +181,15 @@ func TestCloneIntoAnotherPoolNeedsCloneAuthorization(t *testing.T) {
 	a.OK("POST", "/nodes/"+node+"/qemu/"+id+"/clone", url.Values{"newid": {newID}, "full": {"1"}, "pool": {"lab"}}, &upid)
 	if exit := a.WaitTask(upid); !strings.HasPrefix(exit, "volume provisioning failed: not authorized to create DataVolume: User system:serviceaccount:lab:default has insufficient permissions in clone source namespace default") {
 		t.Fatalf("clone into pool lab: %s", exit)
+	}
+	// As PVE's clone worker does on error, the half-made VM is removed.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got := a.Do("GET", "/nodes/"+node+"/qemu/"+newID+"/config", nil)
+		if got.Code == 500 && strings.Contains(got.Message, "does not exist") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed clone %s is still there: %s", newID, got.Status)
+		}
 	}
 }
