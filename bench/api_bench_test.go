@@ -1,6 +1,10 @@
 // Package bench measures the proxmox_api handler against Caddy's own
 // static_response (the `respond` directive) serving the very same bytes,
 // so that the ratio says what the translation costs, whatever the machine.
+// respond re-scans its body for placeholders on every request, which for
+// a body of megabytes costs more than serving it; file_server sending
+// the same bytes from a file is the stricter baseline, reported next to
+// it.
 // Both are loaded in alternating short rounds (internal/benchload), so
 // that the noise of a shared machine falls on both alike. Run
 // ./bench/run.sh for the table.
@@ -57,12 +61,24 @@ type server struct {
 	client *http.Client
 }
 
+// filesDir holds the answers file_server sends (under file/).
+var filesDir string
+
 func config(port int, n int, static map[string][]byte) []byte {
 	routes := []any{}
 	for path, body := range static {
 		routes = append(routes, map[string]any{
 			"match":  []any{map[string]any{"path": []string{path}}},
 			"handle": []any{map[string]any{"handler": "static_response", "body": string(body), "headers": map[string][]string{"Content-Type": {"application/json;charset=UTF-8"}}}},
+		})
+	}
+	if len(static) > 0 {
+		routes = append(routes, map[string]any{
+			"match": []any{map[string]any{"path": []string{"/file/*"}}},
+			"handle": []any{
+				map[string]any{"handler": "headers", "response": map[string]any{"set": map[string][]string{"Content-Type": {"application/json;charset=UTF-8"}}}},
+				map[string]any{"handler": "file_server", "root": filesDir},
+			},
 		})
 	}
 	routes = append(routes, map[string]any{"handle": []any{map[string]any{
@@ -112,8 +128,22 @@ func start(b *testing.B, n int) *server {
 	// measure after it has gone quiet.
 	waitQuiet(b)
 	static := map[string][]byte{}
+	if filesDir == "" {
+		dir, err := os.MkdirTemp("", "caddy-proxmox-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		filesDir = dir
+	}
+	if err := os.MkdirAll(filesDir+"/file", 0o700); err != nil {
+		b.Fatal(err)
+	}
 	for _, e := range endpoints {
-		static["/respond/"+e.name] = s.get(b, e.path, e.token)
+		body := s.get(b, e.path, e.token)
+		static["/respond/"+e.name] = body
+		if err := os.WriteFile(filesDir+"/file/"+e.name, body, 0o600); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if err := caddy.Load(config(port, n, static), true); err != nil {
 		b.Fatal(err)
@@ -200,15 +230,18 @@ func BenchmarkAPI(b *testing.B) {
 				s := start(b, n)
 				api := benchload.Target{URL: s.base + e.path, Header: auth(e.token)}
 				respond := benchload.Target{URL: s.base + "/respond/" + e.name}
+				file := benchload.Target{URL: s.base + "/file/" + e.name}
 				rounds, round := side()
 				for i := 0; i < b.N; i++ {
-					res, err := benchload.Alternate(s.client, 4, rounds, round, api, respond)
+					res, err := benchload.Alternate(s.client, 4, rounds, round, api, respond, file)
 					if err != nil {
 						b.Fatal(err)
 					}
 					b.ReportMetric(res[0].PerSec, "api-req/s")
 					b.ReportMetric(res[1].PerSec, "respond-req/s")
 					b.ReportMetric(benchload.Ratio(res[0], res[1]), "ratio")
+					b.ReportMetric(res[2].PerSec, "file-req/s")
+					b.ReportMetric(benchload.Ratio(res[0], res[2]), "file-ratio")
 					b.ReportMetric(float64(res[0].Bytes), "body-B")
 					if e.latency {
 						lat, err := benchload.Latency(s.client, 400, api, respond)
@@ -223,4 +256,7 @@ func BenchmarkAPI(b *testing.B) {
 		}
 	}
 	_ = caddy.Stop()
+	if filesDir != "" {
+		_ = os.RemoveAll(filesDir)
+	}
 }

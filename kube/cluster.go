@@ -26,6 +26,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	"kubevirt.io/client-go/kubevirt"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -189,7 +190,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 
 	// The informers read as the plugin: one cache serves every caller, and
 	// what each caller may see is decided per object (access.go).
-	c.vms = newStore(runCtx, c.own.kube, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
+	c.vms = newStore(runCtx, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).List(ctx, o)
 		},
@@ -197,7 +198,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, stripVM, vmChanged)
-	c.vmis = newStore(runCtx, c.own.kube, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
+	c.vmis = newStore(runCtx, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
 		},
@@ -205,7 +206,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, nil, stripVMI, vmiChanged)
-	c.nodes = newStore(runCtx, c.own.kube, nil, &corev1.Node{}, listWatchFuncs{
+	c.nodes = newStore(runCtx, nil, &corev1.Node{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.CoreV1().Nodes().List(ctx, o)
 		},
@@ -213,7 +214,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}, c.opts.Resync, nil, stripNode, nodeChanged)
-	c.storageClasses = newStore(runCtx, c.own.kube, nil, &storagev1.StorageClass{}, listWatchFuncs{
+	c.storageClasses = newStore(runCtx, nil, &storagev1.StorageClass{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.StorageV1().StorageClasses().List(ctx, o)
 		},
@@ -222,7 +223,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, nil, stripMeta, nil)
 	if len(ns) == 0 {
-		c.namespaces = newStore(runCtx, c.own.kube, nil, &corev1.Namespace{}, listWatchFuncs{
+		c.namespaces = newStore(runCtx, nil, &corev1.Namespace{}, listWatchFuncs{
 			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 				return c.own.kube.CoreV1().Namespaces().List(ctx, o)
 			},
@@ -231,7 +232,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			},
 		}, c.opts.Resync, nil, stripMeta, poolsChanged)
 	}
-	c.tasks = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+	c.tasks = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = taskLabel + "=true"
 			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
@@ -241,7 +242,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
-	c.poolRecords = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+	c.poolRecords = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = translate.LabelPoolRecord + "=true"
 			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
@@ -252,7 +253,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, nil, stripMeta, poolsChanged)
 
-	c.vmidClaims = newStore(runCtx, c.own.kube, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
+	c.vmidClaims = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = claimLabel + "=true"
 			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
@@ -263,7 +264,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		},
 	}, c.opts.Resync, nil, stripMeta, nil)
 
-	c.pvcs = newStore(runCtx, c.own.kube, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
+	c.pvcs = newStore(runCtx, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, o)
 		},
@@ -393,10 +394,33 @@ func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
 	return out
 }
 
+// The transforms below decide what the informer caches hold: what the
+// API reads, not what the cluster stores. No write is ever built from a
+// cached object as a whole: VMs are changed by JSON patches of the parts
+// the API owns (ReplaceVM: the template spec, the DataVolume templates,
+// its own labels and annotations, guarded by resourceVersion), claims and
+// DataVolumes by merge patches, instances never. So a VM keeps its whole
+// spec (ReplaceVM writes back an edited copy of the cached template spec,
+// and clones copy it), while metadata and statuses lose what no reader
+// reads. A map the cluster had stays non-nil, even emptied: ReplaceVM
+// creates the annotation and label maps when the cached VM has none, which
+// would replace the cluster's.
+
+// stripVM keeps of a VM's annotations only the plugin's own (the stored
+// PVE config and friends; KubeVirt's bookkeeping is never read) and drops
+// its finalizers.
 func stripVM(obj any) (any, error) {
+	if vm, ok := obj.(*kubevirtv1.VirtualMachine); ok {
+		vm.Annotations = keepOwn(vm.Annotations)
+		vm.Finalizers = nil
+	}
 	return stripMeta(obj)
 }
 
+// stripVMI keeps of an instance what the API reads: its spec but for its
+// volumes, affinity and tolerations, and its status but for the volume,
+// boot and pod bookkeeping; of its migration state the uid and failure
+// reason (migrationFailure).
 func stripVMI(obj any) (any, error) {
 	if vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance); ok {
 		// The API reads only domain sizing and status; volumes and the rest of
@@ -406,7 +430,12 @@ func stripVMI(obj any) (any, error) {
 		vmi.Spec.Tolerations = nil
 		vmi.Status.VolumeStatus = nil
 		vmi.Status.KernelBootStatus = nil
-		vmi.Status.MigrationState = nil
+		if m := vmi.Status.MigrationState; m != nil {
+			vmi.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{
+				MigrationUID: m.MigrationUID, FailureReason: m.FailureReason,
+				Completed: m.Completed, Failed: m.Failed,
+			}
+		}
 		// Bookkeeping of virt-controller and virt-handler no answer shows.
 		vmi.Status.ActivePods = nil
 		vmi.Status.LauncherContainerImageVersion = ""
@@ -425,16 +454,56 @@ func stripVMI(obj any) (any, error) {
 
 // stripStorage keeps of a claim's or DataVolume's labels and annotations
 // only the plugin's own: CDI and the volume controllers leave a dozen on
-// each claim (binding, populator progress, provisioner), none read here,
-// and claims are only ever patched, so what the cache lacks is never
-// written back.
+// each claim (binding, populator progress, provisioner), none read here.
+// Of a claim's spec and status it keeps what sizes, places and binds it;
+// of a DataVolume's spec its source and storage. Both are only ever
+// merge-patched.
 func stripStorage(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetLabels(ownKeys(m.GetLabels()))
 		m.SetAnnotations(ownKeys(m.GetAnnotations()))
 		m.SetFinalizers(nil)
 	}
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		o.Spec.VolumeName = ""
+		o.Spec.Selector = nil
+		o.Spec.DataSource = nil
+		o.Spec.DataSourceRef = nil
+		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase, Capacity: o.Status.Capacity}
+		// Usually what was asked is what there is: one map for both.
+		if q, ok := o.Status.Capacity[corev1.ResourceStorage]; ok && len(o.Status.Capacity) == 1 && len(o.Spec.Resources.Requests) == 1 {
+			if r, ok := o.Spec.Resources.Requests[corev1.ResourceStorage]; ok && r.Cmp(q) == 0 {
+				o.Status.Capacity = o.Spec.Resources.Requests
+			}
+		}
+	case *cdiv1.DataVolume:
+		// Of its spec the source is read (what a download or upload task
+		// reports; of an http source the URL, not its headers or secrets)
+		// and the storage (a disk's size net of CDI's overhead).
+		src := o.Spec.Source
+		if src != nil && src.HTTP != nil {
+			src.HTTP = &cdiv1.DataVolumeSourceHTTP{URL: src.HTTP.URL}
+		}
+		o.Spec = cdiv1.DataVolumeSpec{Source: src, Storage: o.Spec.Storage, PVC: o.Spec.PVC}
+		o.Status.ClaimName = ""
+		for i := range o.Status.Conditions {
+			o.Status.Conditions[i].LastHeartbeatTime = metav1.Time{}
+		}
+	}
 	return stripMeta(obj)
+}
+
+// keepOwn is ownKeys for a map the cluster sets: nil stays nil, and a map
+// left without keys stays a map.
+func keepOwn(in map[string]string) map[string]string {
+	if in == nil {
+		return nil
+	}
+	if out := ownKeys(in); out != nil {
+		return out
+	}
+	return map[string]string{}
 }
 
 // ownKeys is the part of a label or annotation map under the plugin's

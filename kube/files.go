@@ -50,7 +50,7 @@ func (c *Cluster) startCDIStore(ctx context.Context) []*store {
 		}
 	}
 	cdi := c.own.cdi.CdiV1beta1()
-	c.dataVolumes = newStore(ctx, c.own.kube, c.opts.Namespaces, &cdiv1.DataVolume{}, listWatchFuncs{
+	c.dataVolumes = newStore(ctx, c.opts.Namespaces, &cdiv1.DataVolume{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return cdi.DataVolumes(ns).List(ctx, o)
 		},

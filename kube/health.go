@@ -49,6 +49,7 @@ type health struct {
 	down     error            // probe failure; nil while up
 	timeouts int              // probe timeouts in a row
 	broken   map[string]error // informer (kind/namespace) -> last list/watch error
+	brokenAt time.Time        // since when broken is not empty
 	downAt   time.Time        // start of the current or last outage
 	upAt     time.Time        // end of the last outage; zero if none
 	up       chan struct{}    // closed while up
@@ -158,6 +159,9 @@ func (h *health) observe(key string, err error) {
 	if !unreachable(err) {
 		return
 	}
+	if len(h.broken) == 0 {
+		h.brokenAt = time.Now()
+	}
 	h.broken[key] = err
 	select {
 	case h.kick <- struct{}{}:
@@ -199,6 +203,29 @@ func (h *health) err() error {
 		return fmt.Errorf("caches of %s not in sync: %w", strings.Join(keys, ", "), h.broken[keys[0]])
 	}
 	return nil
+}
+
+// staleSince is since when the caches no longer follow the cluster (the
+// start of the outage, or the first informer's failure), with why; zero
+// and nil while they do.
+func (h *health) staleSince() (time.Time, error) {
+	err := h.err()
+	if err == nil {
+		return time.Time{}, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var since time.Time
+	if h.down != nil {
+		since = h.downAt
+	}
+	if len(h.broken) > 0 && (since.IsZero() || h.brokenAt.Before(since)) {
+		since = h.brokenAt
+	}
+	if since.IsZero() { // it just came back
+		since = time.Now()
+	}
+	return since, err
 }
 
 // recovered is when the last outage ended (zero if there was none).
@@ -291,6 +318,14 @@ func (b *boundContext) Value(key any) any     { return b.use().Value(key) }
 // than serve stale state or hang on writes.
 func (c *Cluster) Healthy() error {
 	return c.health.err()
+}
+
+// Stale tells since when the caches no longer follow the cluster, and
+// why (zero and nil while they do). A caller may still serve reads from
+// them for a while: the cached state is what the cluster held at that
+// moment, and a restart of kube-apiserver takes seconds.
+func (c *Cluster) Stale() (since time.Time, err error) {
+	return c.health.staleSince()
 }
 
 // BindHealth returns a context that is cancelled when the cluster becomes

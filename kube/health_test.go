@@ -88,3 +88,38 @@ func TestHealthTransitions(t *testing.T) {
 		t.Fatal("nil tracker must never block")
 	}
 }
+
+// TestHealthStaleSince: the caches are stale from the first sign that they
+// stopped following the cluster (a failed watch may come before the
+// probe's verdict), and current again once both are over.
+func TestHealthStaleSince(t *testing.T) {
+	h := newHealth(func(context.Context) error { return nil }, zap.NewNop())
+	if since, err := h.staleSince(); err != nil || !since.IsZero() {
+		t.Fatalf("fresh tracker: %v %v", since, err)
+	}
+	refused := &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}
+	t0 := time.Now()
+	h.observe("VirtualMachine", refused)
+	watchFailed, err := h.staleSince()
+	if err == nil || watchFailed.Before(t0) || watchFailed.After(time.Now()) {
+		t.Fatalf("after a failed watch: %v %v", watchFailed, err)
+	}
+	h.report(refused)
+	if since, err := h.staleSince(); err == nil || !since.Equal(watchFailed) {
+		t.Fatalf("after the probe failed too: %v %v, want %v", since, err, watchFailed)
+	}
+	h.report(nil)
+	if since, err := h.staleSince(); err == nil || !since.Equal(watchFailed) {
+		t.Fatalf("probe back, watch not yet: %v %v, want %v", since, err, watchFailed)
+	}
+	h.observe("VirtualMachine", nil)
+	if since, err := h.staleSince(); err != nil || !since.IsZero() {
+		t.Fatalf("all back: %v %v", since, err)
+	}
+	// Down by the probe alone: stale since it said so.
+	t1 := time.Now()
+	h.report(refused)
+	if since, err := h.staleSince(); err == nil || since.Before(t1) {
+		t.Fatalf("probe down: %v %v", since, err)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // TestReadYourWritesOverOlderEvent: a watch event older than our own
@@ -23,7 +22,7 @@ func TestReadYourWritesOverOlderEvent(t *testing.T) {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", ResourceVersion: rv}, Data: map[string]string{"v": v}}
 	}
 	events := watch.NewFake()
-	s := newStore(ctx, fake.NewClientset(), []string{"ns"}, &corev1.ConfigMap{}, listWatchFuncs{
+	s := newStore(ctx, []string{"ns"}, &corev1.ConfigMap{}, listWatchFuncs{
 		list: func(context.Context, string, metav1.ListOptions) (runtime.Object, error) {
 			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "2"}, Items: []corev1.ConfigMap{*cm("2", "initial")}}, nil
 		},

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
@@ -33,7 +32,7 @@ func TestPutNeverGoesBack(t *testing.T) {
 	var heard []string
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := newStore(ctx, fake.NewClientset(), nil, &corev1.ConfigMap{}, lw, 0, nil, stripMeta, func(old, new any) {
+	s := newStore(ctx, nil, &corev1.ConfigMap{}, lw, 0, nil, stripMeta, func(old, new any) {
 		o, _ := old.(*corev1.ConfigMap)
 		n, _ := new.(*corev1.ConfigMap)
 		switch {

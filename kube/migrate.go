@@ -44,7 +44,7 @@ func (c *Cluster) startMigrationStore(ctx context.Context) *store {
 		}
 	}
 	mig := c.own.kv.KubevirtV1()
-	return newStore(ctx, c.own.kube, c.opts.Namespaces, &kubevirtv1.VirtualMachineInstanceMigration{}, listWatchFuncs{
+	return newStore(ctx, c.opts.Namespaces, &kubevirtv1.VirtualMachineInstanceMigration{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return mig.VirtualMachineInstanceMigrations(ns).List(ctx, o)
 		},

@@ -41,6 +41,7 @@ func parseAPICaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, err
 //		trust_caddy_auth [<realm>]
 //		insecure_no_auth
 //		auth_failure_delay <duration>
+//		stale_reads <duration>
 //		sync_timeout <duration>
 //		cluster_name <name>
 //		impersonate
@@ -165,7 +166,7 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				return d.ArgErr()
 			}
-		case "auth_failure_delay", "sync_timeout":
+		case "auth_failure_delay", "sync_timeout", "stale_reads":
 			key := d.Val()
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -177,10 +178,12 @@ func (h *APIHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			if key == "sync_timeout" {
-				h.SyncTimeout = caddy.Duration(dur)
-			} else {
-				cd := caddy.Duration(dur)
+			switch cd := caddy.Duration(dur); key {
+			case "sync_timeout":
+				h.SyncTimeout = cd
+			case "stale_reads":
+				h.StaleReads = &cd
+			default:
 				h.AuthFailureDelay = &cd
 			}
 		case "prometheus":

@@ -24,6 +24,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		trust_caddy_auth sso
 		auth_failure_delay 1s
 		sync_timeout 10s
+		stale_reads 5s
 		cluster_name homelab
 		local_storage files {
 			storage_class nfs-csi
@@ -40,7 +41,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	if h.Kubeconfig != "/etc/kube.conf" || h.Context != "lab" || strings.Join(h.Namespaces, ",") != "default,lab,extra" ||
 		h.TaskNamespace != "caddy-proxmox" || h.DefaultPool != "lab" || len(h.Tokens) != 2 || h.Tokens[1].ID != "ops@pve!tf" ||
 		h.Users[0].Password != "s3cret" || h.TicketKey != "k3y" || h.TrustCaddyAuth != "sso" ||
-		*h.AuthFailureDelay != caddy.Duration(time.Second) || h.SyncTimeout != caddy.Duration(10*time.Second) || h.ClusterName != "homelab" ||
+		*h.AuthFailureDelay != caddy.Duration(time.Second) || h.SyncTimeout != caddy.Duration(10*time.Second) || *h.StaleReads != caddy.Duration(5*time.Second) || h.ClusterName != "homelab" ||
 		h.LocalStorage != (LocalStorageConfig{Name: "files", StorageClass: "nfs-csi", MaxUpload: 8 << 30}) ||
 		*h.UploadProxy != (UploadProxyConfig{URL: "https://cdi-uploadproxy.example", CAFile: "/etc/cdi/ca.pem"}) {
 		t.Fatalf("parsed %+v", h)
@@ -64,6 +65,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		"proxmox_api {\n bogus\n}",
 		"proxmox_api {\n kubeconfig\n}",
 		"proxmox_api {\n auth_failure_delay soon\n}",
+		"proxmox_api {\n stale_reads\n}",
 		"proxmox_api {\n simulate {\n vms many\n }\n}",
 		"proxmox_api {\n insecure_no_auth yes\n}",
 		"proxmox_api {\n local_storage a b\n}",

@@ -75,6 +75,12 @@ type APIHandler struct {
 	DefaultRole string `json:"default_role,omitempty"`
 	// AuthFailureDelay delays 401 answers like pveproxy (3 s by default).
 	AuthFailureDelay *caddy.Duration `json:"auth_failure_delay,omitempty"`
+	// StaleReads is how long reads are still answered from the caches once
+	// they stop following the cluster (kube-apiserver unreachable, or a
+	// watch failing), so that a restart of kube-apiserver goes unnoticed;
+	// writes are refused at once. After it, reads answer 503 too until
+	// the caches follow again. Default 30 s; 0 answers 503 at once.
+	StaleReads *caddy.Duration `json:"stale_reads,omitempty"`
 	// SyncTimeout bounds the initial cache sync at provisioning (30 s).
 	SyncTimeout caddy.Duration `json:"sync_timeout,omitempty"`
 	// ClusterName is reported by /cluster/status and the login answer.
@@ -194,6 +200,9 @@ func (h *APIHandler) Validate() error {
 	}
 	if h.SimulateVMs < 0 || h.SimulateVMs > 100000 || (h.SimulateVMs > 0 && !h.Simulate) {
 		return errors.New("proxmox_api: simulate_vms needs simulate and a count from 0 to 100000")
+	}
+	if h.StaleReads != nil && *h.StaleReads < 0 {
+		return errors.New("proxmox_api: stale_reads cannot be negative")
 	}
 	if h.Simulate && h.Kubeconfig != "" {
 		return errors.New("proxmox_api: simulate and kubeconfig are exclusive")

@@ -133,7 +133,7 @@ func (h *APIHandler) serve(rt route) http.HandlerFunc {
 			q.id = id
 		}
 		// During an outage answer 503 at once, before any access review.
-		done, e := withCluster(q, rt.flags)
+		done, e := withCluster(q, rt.flags, h.staleReads())
 		if e != nil {
 			writeError(w, r, e)
 			return

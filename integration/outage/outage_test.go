@@ -33,6 +33,10 @@ const (
 	userPass    = "correct-horse"
 )
 
+// staleReads is how long reads are answered from the caches during the
+// outage (the handler's stale_reads).
+const staleReads = 8 * time.Second
+
 // startStack runs a test cluster with KubeVirt's virt-api, the stand-in
 // controller and virt-handler, and an in-process Caddy serving the API on
 // it.
@@ -61,19 +65,21 @@ https://localhost:%d {
 		token %s %s
 		user %s %s
 		auth_failure_delay 0s
+		stale_reads %s
 	}
 }
-`, port, env.Kubeconfig, tokenID, tokenSecret, userID, userPass))
+`, port, env.Kubeconfig, tokenID, tokenSecret, userID, userPass, staleReads))
 	base := fmt.Sprintf("https://localhost:%d", port)
 	testcaddy.WaitReady(t, base+"/api2/json/version")
 	return env, &testcaddy.PVE{T: t, Base: base, C: testcaddy.Client(), Auth: testcaddy.TokenAuth(tokenID, tokenSecret)}
 }
 
-// TestAPIServerOutage: while kube-apiserver is down every cluster-backed
-// call answers PVE's 503 at once and login still works; a start task
-// interrupted by the outage ends truthfully; after kube-apiserver returns,
-// a change made then is served within seconds without restarting Caddy,
-// and no goroutines are left behind.
+// TestAPIServerOutage: while kube-apiserver is down writes answer PVE's
+// 503 at once; reads are answered from the caches for stale_reads, then
+// 503 too; login always works; a start task interrupted by the outage
+// ends truthfully; after kube-apiserver returns, a change made then is
+// served within seconds without restarting Caddy, and no goroutines are
+// left behind.
 func TestAPIServerOutage(t *testing.T) {
 	env, a := startStack(t)
 	ctx := context.Background()
@@ -98,21 +104,52 @@ func TestAPIServerOutage(t *testing.T) {
 	tStop := time.Now()
 	env.StopAPIServer()
 
-	// 503s, quickly: the first within the probe's reach, then each at once.
+	// A write answers 503 quickly: the first within the probe's reach.
+	// (A lock changes nothing of the guest: it fails either way.)
 	var first time.Duration
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ans := a.Do("GET", vmPath+"/status/current", nil)
+		ans := a.Do("PUT", vmPath+"/config", testcaddy.Form("description", "written during the outage"))
 		if ans.Code == http.StatusServiceUnavailable {
 			first = time.Since(tStop)
 			break
 		}
-		if ans.Code != http.StatusOK || time.Now().After(deadline) {
+		if time.Now().After(deadline) {
 			t.Fatalf("while kube-apiserver goes down: %s %s", ans.Status, ans.Raw)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	tDown := time.Now()
 	t.Logf("first 503 %v after kube-apiserver was stopped", first.Round(time.Millisecond))
+
+	// Reads are still answered from the caches, until stale_reads has
+	// passed since the cluster was lost; then they answer 503 too.
+	var stale int
+	for {
+		var list []map[string]any
+		ans := a.Do("GET", "/cluster/resources?type=vm", nil)
+		if ans.Code == http.StatusServiceUnavailable {
+			break
+		}
+		if ans.Code != http.StatusOK || json.Unmarshal(ans.Data, &list) != nil || !hasVMID(list, id) {
+			t.Fatalf("a read during the outage: %s %s", ans.Status, ans.Raw)
+		}
+		stale++
+		if time.Since(tDown) > staleReads+30*time.Second {
+			t.Fatalf("reads still answered from the caches %v after the outage began (stale_reads %v)", time.Since(tStop), staleReads)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	servedFor := time.Since(tStop)
+	t.Logf("reads answered from the caches: %d, for %v after kube-apiserver was stopped (stale_reads %v)", stale, servedFor.Round(time.Millisecond), staleReads)
+	// Answered from the caches at first; a machine so loaded that the
+	// outage was noticed only after stale_reads cannot show it.
+	if stale == 0 && time.Since(tDown) < staleReads/2 {
+		t.Errorf("no read answered from the caches during the outage")
+	}
+	if servedFor < staleReads {
+		t.Errorf("reads answered 503 %v after kube-apiserver was stopped, before stale_reads (%v)", servedFor, staleReads)
+	}
 
 	var during []int
 	var slowest time.Duration
@@ -224,4 +261,14 @@ func TestAPIServerOutage(t *testing.T) {
 	a.C.CloseIdleConnections()
 	before.CheckCount(t, 30*time.Second, 5)
 	t.Logf("goroutines: %d before the outage, %d after recovery", before.Count(), runtime.NumGoroutine())
+}
+
+// hasVMID tells whether a /cluster/resources list shows the VM vmid.
+func hasVMID(list []map[string]any, vmid string) bool {
+	for _, r := range list {
+		if fmt.Sprint(r["vmid"]) == vmid {
+			return true
+		}
+	}
+	return false
 }
