@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -201,6 +202,13 @@ func importFailure(dv *cdiv1.DataVolume) string {
 			}
 		}
 		return "DataVolume " + dv.Namespace + "/" + dv.Name + " failed"
+	}
+	for _, c := range dv.Status.Conditions {
+		// CDI cannot make the claim (a StorageProfile without access or
+		// volume modes, …) and retries for ever.
+		if c.Reason == cdiErrClaimNotValid && c.Status != corev1.ConditionTrue {
+			return cmp.Or(c.Message, c.Reason)
+		}
 	}
 	if running != nil && running.Status == corev1.ConditionFalse && (running.Reason == "Error" || running.Reason == "ImagePullFailed") {
 		if running.Message != "" {

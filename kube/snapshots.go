@@ -89,10 +89,86 @@ func snapshotBlocker(vm *kubevirtv1.VirtualMachine) error {
 			why = append(why, fmt.Sprintf("disk %s (%s): %s", d.Volume, d.Claim, st.Reason))
 		}
 	}
+	// A CD-ROM's claim on storage that can snapshot is snapshotted with
+	// the VM, and KubeVirt's in-place restore deletes and recreates every
+	// claim it holds: a rollback would take the image away from the VMs
+	// sharing it (PVE never touches an ISO image).
+	for vol, claim := range cdromClaims(vm) {
+		if st, ok := statuses[vol]; ok && st.Enabled {
+			why = append(why, fmt.Sprintf("CD-ROM %s holds the shared claim %s, which KubeVirt would snapshot and a rollback delete and recreate: eject it first (%s: none,media=cdrom)", vol, claim, vol))
+		}
+	}
+	sort.Strings(why)
 	if len(why) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: %s", ErrSnapshotUnavailable, strings.Join(why, "; "))
+}
+
+// cdromClaims are the claims of vm's CD-ROMs, by volume name.
+func cdromClaims(vm *kubevirtv1.VirtualMachine) map[string]string {
+	out := map[string]string{}
+	if vm == nil || vm.Spec.Template == nil {
+		return out
+	}
+	cdrom := map[string]bool{}
+	for _, d := range vm.Spec.Template.Spec.Domain.Devices.Disks {
+		cdrom[d.Name] = d.CDRom != nil
+	}
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		switch {
+		case !cdrom[v.Name]:
+		case v.PersistentVolumeClaim != nil:
+			out[v.Name] = v.PersistentVolumeClaim.ClaimName
+		case v.DataVolume != nil:
+			out[v.Name] = v.DataVolume.Name
+		}
+	}
+	return out
+}
+
+// sharedClaimBlocker refuses a rollback of g to the snapshot content
+// whose backups include a claim that is not g's alone: a CD-ROM's file
+// (an ISO image of the storage) or a claim another VM uses. KubeVirt's
+// in-place restore deletes and recreates every claim it has a backup of
+// (restore.go reconcileVolumeRestores) and has no way to leave one out:
+// the claim would stay Terminating under the VMs using it, or be replaced
+// under them, and a copy owned by g would go with g.
+func (c *Cluster) sharedClaimBlocker(g Guest, content *snapshotv1.VirtualMachineSnapshotContent, snapname string) error {
+	var cdroms map[string]string
+	if src := content.Spec.Source.VirtualMachine; src != nil {
+		cdroms = cdromClaims(&kubevirtv1.VirtualMachine{Spec: src.Spec})
+	}
+	for _, vb := range content.Spec.VolumeBackups {
+		claim := vb.PersistentVolumeClaim.Name
+		var why string
+		if users := c.ClaimUsers(g.Namespace(), claim, g.VM.UID); len(users) > 0 {
+			why = "VM " + users[0].Name + " uses it"
+			if id, ok := c.table().byKey[users[0].Namespace+"/"+users[0].Name]; ok {
+				why = fmt.Sprintf("VM %d uses it", id)
+			}
+		} else if _, file, ok := translate.FileOf(vb.PersistentVolumeClaim.Annotations); ok {
+			why = "it is the image '" + file + "' of the storage"
+		} else if _, ok := cdroms[vb.VolumeName]; ok {
+			why = "it is a CD-ROM's"
+		}
+		if why != "" {
+			return fmt.Errorf("%w, snapshot '%s' holds the shared volume '%s' (%s: %s), which KubeVirt's restore would delete and recreate",
+				ErrRollbackImpossible, snapname, claim, vb.VolumeName, why)
+		}
+	}
+	return nil
+}
+
+// CanSnapshot tells why a snapshot of g would be refused up front (nil
+// when it would not): no snapshot API, or a disk KubeVirt would snapshot
+// without its data or a CD-ROM whose shared claim it would take along
+// (snapshotBlocker). PVE's has_feature('snapshot') answers the same.
+func (c *Cluster) CanSnapshot(g Guest) error {
+	if c.snapshots == nil {
+		return ErrNoSnapshotAPI
+	}
+	return snapshotBlocker(g.VM)
 }
 
 // excludedDisks are vm's disks whose data snapshot s does not hold
@@ -207,10 +283,7 @@ func (c *Cluster) Snapshots(g Guest) ([]Snapshot, error) {
 // CreateSnapshot asks KubeVirt for a snapshot of g named snapname (PVE's
 // name is kept in an annotation; the object name is derived from it).
 func (c *Cluster) CreateSnapshot(ctx context.Context, g Guest, snapname, description string) (*snapshotv1.VirtualMachineSnapshot, error) {
-	if c.snapshots == nil {
-		return nil, ErrNoSnapshotAPI
-	}
-	if err := snapshotBlocker(g.VM); err != nil {
+	if err := c.CanSnapshot(g); err != nil {
 		return nil, err
 	}
 	group := "kubevirt.io"
@@ -254,6 +327,20 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 	if err := rollbackBlocker(g.VM, s, snapname); err != nil {
 		return nil, err
 	}
+	content, err := c.snapshotContent(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if content != nil {
+		if err := c.sharedClaimBlocker(g, content, snapname); err != nil {
+			return nil, err
+		}
+	}
+	if rollbackHalts(g) {
+		if err := c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyHalted); err != nil {
+			return nil, fmt.Errorf("stopping VM %d for the rollback: %w", g.VMID, err)
+		}
+	}
 	group := "kubevirt.io"
 	r := &snapshotv1.VirtualMachineRestore{
 		ObjectMeta: metav1.ObjectMeta{
@@ -273,6 +360,27 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 	}
 	out, err := c.as(ctx).kv.SnapshotV1beta1().VirtualMachineRestores(g.Namespace()).Create(ctx, r, metav1.CreateOptions{})
 	return out, snapshotWriteErr(err)
+}
+
+// rollbackHalts tells whether g's run strategy must become Halted before
+// a restore. KubeVirt's restore keeps the run strategy (restore.go
+// generateRestoredVMSpec), while PVE leaves a VM rolled back to a snapshot
+// without RAM stopped: Always, RerunOnFailure and Once would start it
+// again. And its StopTarget stops the VM through virt-api, which answers
+// 409 "VM is not running" for a Manual or RerunOnFailure VM whose guest
+// powered itself off (the instance final, not deleted), so the restore
+// would wait for ever; Halted has virt-controller delete that instance.
+// A Manual VM with a live instance is stopped by the restore and stays
+// stopped.
+func rollbackHalts(g Guest) bool {
+	rs, err := g.VM.RunStrategy()
+	switch {
+	case err != nil, rs == kubevirtv1.RunStrategyHalted:
+		return false
+	case rs == kubevirtv1.RunStrategyManual:
+		return g.VMI != nil && g.VMI.IsFinal()
+	}
+	return true
 }
 
 // SnapshotLock is the PVE lock a snapshot or rollback of g holds:
@@ -446,11 +554,8 @@ func (c *Cluster) reapplySnapshotConfig(ctx context.Context, ns, restoreName str
 // SnapshotVM returns the VM as the snapshot recorded it (from its
 // VirtualMachineSnapshotContent), or nil when there is none yet.
 func (c *Cluster) SnapshotVM(ctx context.Context, s *snapshotv1.VirtualMachineSnapshot) (*kubevirtv1.VirtualMachine, error) {
-	if s.Status == nil || s.Status.VirtualMachineSnapshotContentName == nil {
-		return nil, nil
-	}
-	content, err := c.as(ctx).kv.SnapshotV1beta1().VirtualMachineSnapshotContents(s.Namespace).Get(ctx, *s.Status.VirtualMachineSnapshotContentName, metav1.GetOptions{})
-	if err != nil {
+	content, err := c.snapshotContent(ctx, s)
+	if err != nil || content == nil {
 		return nil, err
 	}
 	if content.Spec.Source.VirtualMachine == nil {
@@ -458,4 +563,13 @@ func (c *Cluster) SnapshotVM(ctx context.Context, s *snapshotv1.VirtualMachineSn
 	}
 	src := content.Spec.Source.VirtualMachine
 	return &kubevirtv1.VirtualMachine{ObjectMeta: src.ObjectMeta, Spec: src.Spec}, nil
+}
+
+// snapshotContent is s's VirtualMachineSnapshotContent, or nil when
+// KubeVirt has not made one yet.
+func (c *Cluster) snapshotContent(ctx context.Context, s *snapshotv1.VirtualMachineSnapshot) (*snapshotv1.VirtualMachineSnapshotContent, error) {
+	if s.Status == nil || s.Status.VirtualMachineSnapshotContentName == nil {
+		return nil, nil
+	}
+	return c.as(ctx).kv.SnapshotV1beta1().VirtualMachineSnapshotContents(s.Namespace).Get(ctx, *s.Status.VirtualMachineSnapshotContentName, metav1.GetOptions{})
 }

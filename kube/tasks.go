@@ -60,6 +60,9 @@ const (
 	GoalSnapshotReady Goal = "snapshot-ready"
 	GoalSnapshotGone  Goal = "snapshot-gone"
 	GoalRestored      Goal = "restored"
+	// GoalRestoredStarted: GoalRestored, then the VM is started and runs
+	// (a rollback with start=1).
+	GoalRestoredStarted Goal = "restored-started"
 	// GoalHomeNode: the VM's PVE node is TaskSpec.Target (an offline
 	// migration). GoalMigrated: the live migration named by
 	// TaskSpec.Object succeeded, the instance runs on TaskSpec.Target, and
@@ -771,10 +774,18 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		}
 	case GoalSession, GoalWorker:
 		// Ended by its Session, or by its deadline below.
-	case GoalRestored:
+	case GoalRestored, GoalRestoredStarted:
 		if _, complete := ts.c.restoreState(t.namespace, t.object); complete && !lockedBy(vm, t.object, true) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := ts.c.reapplySnapshotConfig(ctx, t.namespace, t.object)
+			if err == nil && t.goal == GoalRestoredStarted {
+				started, why := ts.startRestored(ctx, t, vm, vmi)
+				cancel()
+				if started {
+					return true, why, nil
+				}
+				break
+			}
 			cancel()
 			if err == nil {
 				return true, translate.ExitOK, nil
@@ -1061,4 +1072,28 @@ func taskVMIndexFunc(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{cm.Data["namespace"] + "/" + cm.Data["name"]}, nil
+}
+
+// startRestored starts a VM rolled back with start=1 (PVE's rollback
+// starts it in its task) and tells when it runs. The start is the
+// plugin's own, as the rest of the rollback after its request ended, and
+// is asked for again only while KubeVirt has neither an instance nor a
+// start request: any replica judging the task may run this.
+func (ts *Tasks) startRestored(ctx context.Context, t *Task, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) (bool, string) {
+	switch {
+	case vm == nil:
+		return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name)
+	case translate.VMIRunning(vmi):
+		return true, translate.ExitOK
+	case vmi != nil && vmi.Status.Phase == kubevirtv1.Failed:
+		return true, "start failed: the VM instance failed" + reason(vm)
+	case vmi != nil || StartPending(vm):
+		return false, ""
+	}
+	if err := ts.c.StartVM(ctx, ts.c.guest(0, vm, ts.c.nodeTable())); err != nil {
+		// A start another replica asked for first answers 409; the
+		// next pass sees it.
+		ts.c.logger.Warn("start after rollback", zap.String("upid", t.UPID.String()), zap.Error(err))
+	}
+	return false, ""
 }

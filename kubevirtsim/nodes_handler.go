@@ -109,10 +109,15 @@ func (n *Nodes) shutdown(vmi *virtv1.VirtualMachineInstance, wait string, now ti
 // virt-launcher pod completes; the run strategy decides what follows.
 func (n *Nodes) GuestShutdown(ctx context.Context, ns, name string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		vmi, err := n.opts.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{})
+		// virt-handler may list and watch instances, not get them.
+		list, err := n.opts.KubeVirt.KubevirtV1().VirtualMachineInstances(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 		if err != nil {
 			return err
 		}
+		if len(list.Items) != 1 {
+			return apierrors.NewNotFound(vmiGroupResource, name)
+		}
+		vmi := &list.Items[0]
 		if vmi.Status.Phase != virtv1.Running {
 			return apierrors.NewConflict(vmiGroupResource, name, errors.New(msgVMINotRunning))
 		}

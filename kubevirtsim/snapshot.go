@@ -318,6 +318,30 @@ func volumesOfContent(vm *virtv1.VirtualMachine, content *snapshotv1.VirtualMach
 	return l
 }
 
+// sourceSpec is the spec a snapshot of vm records: for a VM with an
+// instance (online), the one it was started with, with only its volumes,
+// disks and DataVolume templates current (KubeVirt's vmSnapshotSource
+// Spec, from the start's ControllerRevision); else the current one. The
+// simulation keeps no revision: the instance's CPU topology and guest
+// memory stand for the start's (what a restart applies), the rest of its
+// spec carries the simulation's own defaults.
+func (s *snapshots) sourceSpec(vm *virtv1.VirtualMachine) virtv1.VirtualMachineSpec {
+	spec := *vm.Spec.DeepCopy()
+	vmi := getCached[*virtv1.VirtualMachineInstance](s.c.vmiInformer, vm.Namespace, vm.Name)
+	if vmi == nil || spec.Template == nil {
+		return spec
+	}
+	d, live := &spec.Template.Spec.Domain, vmi.Spec.Domain
+	if d.CPU != nil && live.CPU != nil {
+		d.CPU.Sockets, d.CPU.Cores, d.CPU.Threads = live.CPU.Sockets, live.CPU.Cores, live.CPU.Threads
+	}
+	if d.Memory != nil && live.Memory != nil && live.Memory.Guest != nil {
+		g := live.Memory.Guest.DeepCopy()
+		d.Memory.Guest = &g
+	}
+	return spec
+}
+
 // ensureContent creates the snapshot's content (with its ready status)
 // unless it exists.
 func (s *snapshots) ensureContent(ctx context.Context, snap *snapshotv1.VirtualMachineSnapshot, vm *virtv1.VirtualMachine, now time.Time) (*snapshotv1.VirtualMachineSnapshotContent, error) {
@@ -343,7 +367,7 @@ func (s *snapshots) ensureContent(ctx context.Context, snap *snapshotv1.VirtualM
 						Labels:      vm.Labels,
 						Annotations: vm.Annotations,
 					},
-					Spec: *vm.Spec.DeepCopy(),
+					Spec: s.sourceSpec(vm),
 				}},
 				VolumeBackups: s.volumeBackups(snap, vm),
 			},

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
@@ -151,9 +153,14 @@ func (h *APIHandler) deleteQemuSnapshot(q *request) (any, *apiError) {
 
 // postQemuRollback restores a snapshot. Like PVE's rollback it stops a
 // running VM first (the restore's StopTarget policy); the VM is left
-// stopped, as PVE leaves it for a snapshot without RAM state.
+// stopped, as PVE leaves it for a snapshot without RAM state, unless
+// start=1 asks the task to start it.
 func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 	g, s, e := h.snapshot(q)
+	if e != nil {
+		return nil, e
+	}
+	start, e := q.p.boolean("start", false)
 	if e != nil {
 		return nil, e
 	}
@@ -164,7 +171,11 @@ func (h *APIHandler) postQemuRollback(q *request) (any, *apiError) {
 	if err != nil {
 		return nil, snapshotError(err)
 	}
-	spec := h.taskSpec(q, g, translate.TaskRollback, kube.GoalRestored, 10*time.Minute, fmt.Sprintf("rollback VM %d to snapshot '%s' (%s)", g.VMID, s.Name, r.Name))
+	goal := kube.GoalRestored
+	if start {
+		goal = kube.GoalRestoredStarted
+	}
+	spec := h.taskSpec(q, g, translate.TaskRollback, goal, 10*time.Minute, fmt.Sprintf("rollback VM %d to snapshot '%s' (%s)", g.VMID, s.Name, r.Name))
 	spec.Object = r.Name
 	return h.beginSpec(q, spec)
 }
@@ -206,4 +217,58 @@ func (h *APIHandler) putQemuSnapshotConfig(q *request) (any, *apiError) {
 		return nil, snapshotError(err)
 	}
 	return nil, nil
+}
+
+// getQemuFeature is qemu-server's vm_feature: whether the VM's storage
+// can take a snapshot, a linked clone (clone) or a full copy (copy), and
+// the nodes that have all of its storage (every node: StorageClasses are
+// the cluster's).
+//   - snapshot: the check a snapshot's refusal makes (kube.CanSnapshot);
+//     with snapname, of that snapshot (which must exist).
+//   - copy: CDI copies a claim only while no guest uses it
+//     (CloneSourceInUse), so not while the VM runs, as the clone refuses.
+//   - clone: a linked clone is PVE's from a template's base volumes; the
+//     clone of a template is a CDI copy here, which serves full=0.
+func (h *APIHandler) getQemuFeature(q *request) (any, *apiError) {
+	g, e := h.guest(q)
+	if e != nil {
+		return nil, e
+	}
+	if e := q.p.allowOnly("feature", "snapname"); e != nil {
+		return nil, e
+	}
+	feature, ok, e := q.p.str("feature")
+	if e != nil {
+		return nil, e
+	}
+	if !ok {
+		return nil, paramErr("feature", "property is missing and it is not optional")
+	}
+	if snap := q.p["snapname"]; snap != "" {
+		snaps, err := q.c.Snapshots(g)
+		if err != nil {
+			return nil, snapshotError(err)
+		}
+		if !slices.ContainsFunc(snaps, func(s kube.Snapshot) bool { return s.Name == snap }) {
+			return nil, newError(http.StatusInternalServerError, "snapshot '%s' does not exist", snap)
+		}
+	}
+	running := g.VMI != nil && !g.VMI.IsFinal()
+	var has bool
+	switch feature {
+	case "snapshot":
+		has = q.c.CanSnapshot(g) == nil
+	case "copy":
+		has = !running
+	case "clone":
+		has = !running && g.VM.Labels[translate.LabelTemplate] == "true"
+	default:
+		return nil, paramErr("feature", "value '%s' does not have a value in the enumeration 'snapshot, clone, copy'", feature)
+	}
+	nodes := []string{}
+	for _, n := range h.nodes() {
+		nodes = append(nodes, n.Name)
+	}
+	sort.Strings(nodes)
+	return map[string]any{"hasFeature": boolInt(has), "nodes": nodes}, nil
 }

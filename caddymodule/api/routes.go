@@ -311,6 +311,7 @@ func (h *APIHandler) routeTable() []route {
 		{"GET", "/nodes/{node}/qemu/{vmid}/status/current", h.getQemuStatusCurrent, vmNeeds("VM.Audit"), 0},
 		{"GET", "/nodes/{node}/qemu/{vmid}/rrddata", h.getQemuRRDData, vmNeeds("VM.Audit"), 0},
 		{"POST", "/nodes/{node}/qemu/{vmid}/status/{action}", h.postQemuStatus, vmNeeds("VM.PowerMgmt"), 0},
+		{"GET", "/nodes/{node}/qemu/{vmid}/feature", h.getQemuFeature, vmNeeds("VM.Audit"), 0},
 		{"GET", "/nodes/{node}/qemu/{vmid}/snapshot", h.getQemuSnapshots, vmNeeds("VM.Audit"), 0},
 		{"POST", "/nodes/{node}/qemu/{vmid}/snapshot", h.postQemuSnapshot, vmNeeds("VM.Snapshot"), 0},
 		{"GET", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}", h.getQemuSnapshotIndex, vmNeeds("VM.Audit"), 0},

@@ -12,7 +12,9 @@ package realcluster
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,14 +41,30 @@ func Options() testenv.Options {
 			return kubevirtsim.NewVirtHandler(kubevirt.NewForConfigOrDie(e.VirtHandlerConfig))
 		},
 		Nodes: func(ctx context.Context, e *testenv.Env) error {
-			return kubevirtsim.NewNodes(kubevirtsim.NodesOptions{
+			n := kubevirtsim.NewNodes(kubevirtsim.NodesOptions{
 				Kube: kubernetes.NewForConfigOrDie(e.DirectConfig), KubeVirt: kubevirt.NewForConfigOrDie(e.VirtHandlerConfig),
 				Dynamic:   dynamic.NewForConfigOrDie(e.DirectConfig),
 				BootDelay: 1500 * time.Millisecond, AgentDelay: 500 * time.Millisecond, StopDelay: time.Second,
 				ImportDelay: 2 * time.Second, MigrationDelay: time.Second,
-			}).Run(ctx)
+			})
+			nodes.Store(n)
+			return n.Run(ctx)
 		},
 	}
+}
+
+// nodes are the node stand-ins of the cluster Options started.
+var nodes atomic.Pointer[kubevirtsim.Nodes]
+
+// GuestShutdown powers off the guest of the running VM ns/name from
+// inside, as a guest's poweroff does: its instance becomes Succeeded and
+// the run strategy decides what follows.
+func GuestShutdown(ctx context.Context, ns, name string) error {
+	n := nodes.Load()
+	if n == nil {
+		return errors.New("realcluster: no node stand-ins running")
+	}
+	return n.GuestShutdown(ctx, ns, name)
 }
 
 // SeedLikeSimulation gives the cluster the simulated one's nodes, storage
