@@ -232,37 +232,10 @@ func (c *Cluster) Start(ctx context.Context) error {
 			},
 		}, c.opts.Resync, nil, stripMeta, poolsChanged)
 	}
-	c.tasks = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
-		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = taskLabel + "=true"
-			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
-		},
-		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = taskLabel + "=true"
-			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
-		},
-	}, c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
-	c.poolRecords = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
-		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = translate.LabelPoolRecord + "=true"
-			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
-		},
-		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = translate.LabelPoolRecord + "=true"
-			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
-		},
-	}, c.opts.Resync, nil, stripMeta, poolsChanged)
+	c.tasks = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, c.labelledConfigMaps(taskLabel), c.opts.Resync, cache.Indexers{taskStatusIndex: taskStatusIndexFunc, taskVMIndex: taskVMIndexFunc}, stripMeta, nil)
+	c.poolRecords = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, c.labelledConfigMaps(translate.LabelPoolRecord), c.opts.Resync, nil, stripMeta, poolsChanged)
 
-	c.vmidClaims = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, listWatchFuncs{
-		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = claimLabel + "=true"
-			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
-		},
-		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = claimLabel + "=true"
-			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
-		},
-	}, c.opts.Resync, nil, stripMeta, nil)
+	c.vmidClaims = newStore(runCtx, []string{c.opts.TaskNamespace}, &corev1.ConfigMap{}, c.labelledConfigMaps(claimLabel), c.opts.Resync, nil, stripMeta, nil)
 
 	c.pvcs = newStore(runCtx, ns, &corev1.PersistentVolumeClaim{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
@@ -532,3 +505,20 @@ func stripNode(obj any) (any, error) {
 
 // StorageClassExists tells whether a StorageClass (a PVE storage) exists.
 func (c *Cluster) StorageClassExists(name string) bool { return c.storageClasses.get("", name) != nil }
+
+// labelledConfigMaps lists and watches the ConfigMaps that carry label=true:
+// the plugin's own records (tasks, pools, vmid claims) among the others of
+// its namespace.
+func (c *Cluster) labelledConfigMaps(label string) listWatchFuncs {
+	selector := label + "=true"
+	return listWatchFuncs{
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return c.own.kube.CoreV1().ConfigMaps(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return c.own.kube.CoreV1().ConfigMaps(ns).Watch(ctx, o)
+		},
+	}
+}

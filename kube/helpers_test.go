@@ -53,6 +53,8 @@ type env struct {
 	ctx  context.Context
 	kube kubernetes.Interface
 	kv   kubevirt.Interface
+	// ctrl is the stand-in controller, when envOptions.controller.
+	ctrl *kubevirtsim.Controller
 }
 
 type envOptions struct {
@@ -78,6 +80,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			o.startDelay = 50 * time.Millisecond
 		}
 		ctrl := kubevirtsim.NewController(kv, kube, kubevirtsim.Options{StartDelay: o.startDelay, StopDelay: 50 * time.Millisecond})
+		e.ctrl = ctrl
 		done := make(chan error, 1)
 		go func() { done <- ctrl.Run(ctx) }()
 		t.Cleanup(func() {

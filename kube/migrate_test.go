@@ -15,6 +15,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -104,6 +105,12 @@ func TestLiveMigrationTask(t *testing.T) {
 		if _, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// The controller places from its own node cache, as the
+		// scheduler does: a migration created before that cache has the
+		// change would go where the test says it cannot.
+		testutil.WaitFor(t, waitTimeout, "the controller to see the cordon", func() bool {
+			return e.ctrl.NodeCached(name, func(n *corev1.Node) bool { return n.Spec.Unschedulable == on })
+		})
 	}
 	cordon("kv-node-3.lab.internal", true)
 	to, _ := c.Node(seedNode3)

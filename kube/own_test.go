@@ -16,6 +16,7 @@ import (
 // impersonation.
 var ownUsers = map[string]string{
 	"Cluster.Start":                 "informers: one cache for every caller",
+	"Cluster.labelledConfigMaps":    "informers of the plugin's own records (tasks, pools, vmid claims)",
 	"Cluster.startCDIStore":         "informer and API discovery",
 	"Cluster.startMigrationStore":   "informer and its list probe",
 	"Cluster.startSnapshotStores":   "informers and API discovery",

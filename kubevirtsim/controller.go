@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -321,6 +322,19 @@ func (c *Controller) enqueueUnscheduled() {
 			}
 		}
 	}
+}
+
+// NodeCached reports whether the controller's node cache holds the node
+// as cond wants it. A test that cordons or labels a node waits on it before
+// asking for a placement, since the controller places from that cache as
+// the scheduler does.
+func (c *Controller) NodeCached(name string, cond func(*corev1.Node) bool) bool {
+	obj, ok, err := c.nodeInformer.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return false
+	}
+	n, isNode := obj.(*corev1.Node)
+	return isNode && cond(n)
 }
 
 // GuestShutdown simulates a shutdown from inside the guest (e.g. poweroff):
