@@ -62,13 +62,17 @@ func (c *Cluster) StorageClassExpands(name string) bool {
 	return sc.AllowVolumeExpansion != nil && *sc.AllowVolumeExpansion
 }
 
-// volumesProvisioned tells whether every DataVolume template of vm has
-// its claim and has done what it does before the VM first runs
-// (dataVolumeSettled). Neither KubeVirt's printable status nor the claims
-// say it alone: right after the VM is made, virt-controller can call it
-// Stopped before its DataVolumes are in its cache, and CDI makes a volume
-// populator's claim before filling it.
+// volumesProvisioned tells whether every DataVolume template of vm (and
+// a clone's state copy, see CloneState) has its claim and has done what
+// it does before the VM first runs (dataVolumeSettled). Neither
+// KubeVirt's printable status nor the claims say it alone: right after
+// the VM is made, virt-controller can call it Stopped before its
+// DataVolumes are in its cache, and CDI makes a volume populator's claim
+// before filling it.
 func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
+	if !c.stateProvisioned(vm) {
+		return false
+	}
 	for _, t := range vm.Spec.DataVolumeTemplates {
 		if c.CachedPVC(vm.Namespace, t.Name) == nil {
 			return false
