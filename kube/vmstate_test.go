@@ -100,15 +100,22 @@ func TestCloneState(t *testing.T) {
 		t.Fatal(err)
 	}
 	dv.Status.Phase = cdiv1.CloneInProgress
+	dv.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeBound, Status: corev1.ConditionFalse, Reason: cdiErrClaimNotValid, Message: "no accessMode"}}
 	if dv, err = c.own.cdi.CdiV1beta1().DataVolumes("default").UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the cache to see the state claim", func() (bool, string) {
-		return c.CachedPVC("default", "persistent-state-for-copy") != nil && c.DataVolume("default", dv.Name) != nil, "not yet"
+		cached := c.DataVolume("default", dv.Name)
+		return c.CachedPVC("default", "persistent-state-for-copy") != nil && cached != nil && cached.Status.Phase == cdiv1.CloneInProgress, "not yet"
 	})
 	if c.volumesProvisioned(made) {
 		t.Fatal("provisioned while the state copy runs")
 	}
+	// The clone task ends with CDI's reason instead of waiting for ever.
+	if msg := c.invalidClaim(made); msg != "DataVolume persistent-state-for-copy: no accessMode" {
+		t.Errorf("invalidClaim = %q", msg)
+	}
+	dv.Status.Conditions = nil
 	dv.Status.Phase = cdiv1.Succeeded
 	if _, err := c.own.cdi.CdiV1beta1().DataVolumes("default").UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
