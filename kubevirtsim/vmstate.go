@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,29 +32,30 @@ func hasPersistentState(spec *virtv1.VirtualMachineInstanceSpec) bool {
 // starts: the claim labelled for the VM, else the one of the legacy name
 // (labelled then), is kept; without either a new one is made, 10Mi on
 // the KubeVirt CR's vmStateStorageClass (ReadWriteMany) or the default
-// virt, else cluster default, class (ReadWriteOnce), owned by the VM.
+// virt, else cluster default, class (ReadWriteOnce), owned by the VM. A
+// VM without persistent state loses the claim it had.
 func (c *Controller) ensureStateClaim(ctx context.Context, vm *virtv1.VirtualMachine) error {
-	if vm.Spec.Template == nil || !hasPersistentState(&vm.Spec.Template.Spec) {
+	if vm.Spec.Template == nil {
 		return nil
 	}
 	pvcs := c.k8s.CoreV1().PersistentVolumeClaims(vm.Namespace)
-	list, err := pvcs.List(ctx, metav1.ListOptions{})
+	found, err := c.stateClaimOf(ctx, vm)
 	if err != nil {
 		return err
 	}
-	legacy := stateLabel + "-" + vm.Name
-	for _, pvc := range list.Items {
-		if pvc.DeletionTimestamp != nil {
-			continue
+	switch {
+	case !hasPersistentState(&vm.Spec.Template.Spec):
+		// KubeVirt deletes the state of a VM that no longer keeps any.
+		if found != nil {
+			return pvcs.Delete(ctx, found.Name, metav1.DeleteOptions{})
 		}
-		if v, ok := pvc.Labels[stateLabel]; ok && v == vm.Name {
-			return nil
-		}
-		if pvc.Name == legacy {
-			patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, stateLabel, vm.Name)
-			_, err := pvcs.Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			return err
-		}
+		return nil
+	case found != nil && found.Labels[stateLabel] != vm.Name:
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, stateLabel, vm.Name)
+		_, err := pvcs.Patch(ctx, found.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	case found != nil:
+		return nil
 	}
 	class, mode, err := c.stateStorageClass(ctx)
 	if err != nil {
@@ -65,7 +67,7 @@ func (c *Controller) ensureStateClaim(ctx context.Context, vm *virtv1.VirtualMac
 	fs := corev1.PersistentVolumeFilesystem
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: legacy + "-", Namespace: vm.Namespace,
+			GenerateName: stateLabel + "-" + vm.Name + "-", Namespace: vm.Namespace,
 			Labels:          map[string]string{stateLabel: vm.Name, "cdi.kubevirt.io/applyStorageProfile": "true"},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vm, virtv1.VirtualMachineGroupVersionKind)},
 		},
@@ -78,6 +80,31 @@ func (c *Controller) ensureStateClaim(ctx context.Context, vm *virtv1.VirtualMac
 	}
 	_, err = c.createBoundPVC(ctx, pvc)
 	return err
+}
+
+// stateClaimOf is backend-storage's PVCForVMI: the claim labelled for vm,
+// else the one of the legacy name, else nil.
+func (c *Controller) stateClaimOf(ctx context.Context, vm *virtv1.VirtualMachine) (*corev1.PersistentVolumeClaim, error) {
+	pvcs := c.k8s.CoreV1().PersistentVolumeClaims(vm.Namespace)
+	list, err := pvcs.List(ctx, metav1.ListOptions{LabelSelector: stateLabel + "=" + vm.Name})
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			return &list.Items[i], nil
+		}
+	}
+	pvc, err := pvcs.Get(ctx, stateLabel+"-"+vm.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case pvc.DeletionTimestamp != nil:
+		return nil, nil
+	}
+	return pvc, nil
 }
 
 // stateStorageClass is backend-storage's getStorageClass and default

@@ -12,8 +12,9 @@ import (
 // TestStateClaim: a VM with persistent EFI gets, when it first starts, a
 // claim labelled persistent-state-for=<vm> on the KubeVirt CR's
 // vmStateStorageClass, owned by the VM, as KubeVirt's backend storage
-// makes it; a restart keeps it; a VM that already has a claim of the
-// legacy name gets that one labelled, not a second.
+// makes it; a restart keeps it, one without persistent state deletes it;
+// a VM that already has a claim of the legacy name gets that one
+// labelled, not a second.
 func TestStateClaim(t *testing.T) {
 	kv := SeedKubeVirt()
 	kv.Spec.Configuration.VMStateStorageClass = "ceph-rbd"
@@ -58,6 +59,23 @@ func TestStateClaim(t *testing.T) {
 	})
 	if got := claims("uefi"); len(got) != 1 || got[0].Name != pvc.Name {
 		t.Errorf("after a restart: %d claims (%v), want %s kept", len(got), got, pvc.Name)
+	}
+
+	// Without persistent EFI any more, the next start deletes the state.
+	cur := e.getVM("uefi")
+	cur.Spec.Template.Spec.Domain.Firmware.Bootloader.EFI.Persistent = ptr(false)
+	if _, err := e.kv.KubevirtV1().VirtualMachines("default").Update(e.ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := e.getVMI("uefi").UID
+	if err := e.sub.Restart(e.ctx, "default", "uefi", &virtv1.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitVMI("uefi", "a third instance", func(vmi *virtv1.VirtualMachineInstance) bool {
+		return vmi.Status.Phase == virtv1.Running && vmi.UID != second
+	})
+	if got := claims("uefi"); len(got) != 0 {
+		t.Errorf("a VM without persistent state kept %d state claims", len(got))
 	}
 
 	e.createVM(efi(testVM("old", virtv1.RunStrategyAlways)))
