@@ -42,6 +42,7 @@ var ownUsers = map[string]string{
 	"Cluster.reapplySnapshotConfig": "task judging, after the request ended, on any replica",
 	"Cluster.claimVMID":             "vmid claims: the plugin's records",
 	"Cluster.claimLive":             "a claim's VM may be one the caller cannot read",
+	"Cluster.StateClaim":            "finding KubeVirt's state claim of a VM the caller clones; the copy is the caller's (CDI checks its right to the source)",
 	"vmidClaim.commit":              "vmid claims: the plugin's records",
 	"vmidClaim.release":             "vmid claims: the plugin's records",
 	"Tasks.Begin":                   "task records: the plugin's",

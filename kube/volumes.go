@@ -62,13 +62,17 @@ func (c *Cluster) StorageClassExpands(name string) bool {
 	return sc.AllowVolumeExpansion != nil && *sc.AllowVolumeExpansion
 }
 
-// volumesProvisioned tells whether every DataVolume template of vm has
-// its claim and has done what it does before the VM first runs
-// (dataVolumeSettled). Neither KubeVirt's printable status nor the claims
-// say it alone: right after the VM is made, virt-controller can call it
-// Stopped before its DataVolumes are in its cache, and CDI makes a volume
-// populator's claim before filling it.
+// volumesProvisioned tells whether every DataVolume template of vm (and
+// a clone's state copy, see CloneState) has its claim and has done what
+// it does before the VM first runs (dataVolumeSettled). Neither
+// KubeVirt's printable status nor the claims say it alone: right after
+// the VM is made, virt-controller can call it Stopped before its
+// DataVolumes are in its cache, and CDI makes a volume populator's claim
+// before filling it.
 func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
+	if !c.stateProvisioned(vm) {
+		return false
+	}
 	for _, t := range vm.Spec.DataVolumeTemplates {
 		if c.CachedPVC(vm.Namespace, t.Name) == nil {
 			return false
@@ -88,16 +92,24 @@ func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
 const cdiErrClaimNotValid = "ErrClaimNotValid"
 
 // invalidClaim returns why CDI cannot make the claim of a DataVolume
-// template of vm ("DataVolume name: CDI's message"), or "".
+// template of vm, or of a clone's state copy ("DataVolume name: CDI's
+// message"), or "".
 func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine) string {
+	names := make([]string, 0, len(vm.Spec.DataVolumeTemplates)+1)
 	for _, t := range vm.Spec.DataVolumeTemplates {
-		dv := c.DataVolume(vm.Namespace, t.Name)
+		names = append(names, t.Name)
+	}
+	if vm.Annotations[translate.AnnotationStateFrom] != "" {
+		names = append(names, translate.StateClaimName(vm.Name))
+	}
+	for _, name := range names {
+		dv := c.DataVolume(vm.Namespace, name)
 		if dv == nil {
 			continue
 		}
 		for _, cond := range dv.Status.Conditions {
 			if cond.Reason == cdiErrClaimNotValid && cond.Status != corev1.ConditionTrue {
-				return "DataVolume " + t.Name + ": " + cond.Message
+				return "DataVolume " + name + ": " + cond.Message
 			}
 		}
 	}

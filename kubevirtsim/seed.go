@@ -363,12 +363,15 @@ func SeedCDIConfig() *cdiv1.CDIConfig {
 
 // SeedKubeVirt is the simulated lab's KubeVirt CR: deployed, with the
 // Snapshot feature gate on (the lab shows snapshots) and ExpandDisks off,
-// as KubeVirt v1.8 leaves it.
+// as KubeVirt v1.8 leaves it, and VMs' EFI/TPM state on ceph-rbd.
 func SeedKubeVirt() *virtv1.KubeVirt {
 	return &virtv1.KubeVirt{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: "kubevirt"},
 		Spec: virtv1.KubeVirtSpec{Configuration: virtv1.KubeVirtConfiguration{
 			DeveloperConfiguration: &virtv1.DeveloperConfiguration{FeatureGates: slices.Clone(labGates)},
+			// VMs' persistent EFI/TPM state on the Ceph pool, which clones
+			// it by CSI.
+			VMStateStorageClass: "ceph-rbd",
 		}},
 		Status: virtv1.KubeVirtStatus{Phase: virtv1.KubeVirtPhaseDeployed},
 	}

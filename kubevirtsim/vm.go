@@ -201,6 +201,9 @@ func (c *Controller) startVMI(ctx context.Context, s *vmSync) error {
 	if err != nil {
 		return err
 	}
+	if err := c.ensureStateClaim(ctx, s.vm); err != nil {
+		return fmt.Errorf("backend storage: %w", err)
+	}
 	created, err := c.kv.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Create(ctx, vmi, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// The cache has not seen our earlier create yet.

@@ -318,6 +318,22 @@ func (e *Env) SetFeatureGates(ctx context.Context, gates ...string) error {
 	return err
 }
 
+// SetVMStateStorageClass sets the KubeVirt CR's vmStateStorageClass, the
+// class of the claims holding VMs' persistent EFI/TPM state (KubeVirt's
+// backend storage; the default class without it).
+func (e *Env) SetVMStateStorageClass(ctx context.Context, class string) error {
+	c := e.directDynamic.Resource(kubevirtGVR).Namespace(KubeVirtNamespace)
+	cr, err := c.Get(ctx, KubeVirtCRName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if err := unstructured.SetNestedField(cr.Object, class, "spec", "configuration", "vmStateStorageClass"); err != nil {
+		return err
+	}
+	_, err = c.Update(ctx, cr, metav1.UpdateOptions{})
+	return err
+}
+
 // isWebhookDenial reports whether err is a denial by one of KubeVirt's
 // admission webhooks.
 func isWebhookDenial(err error) bool {

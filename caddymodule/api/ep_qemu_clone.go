@@ -7,6 +7,7 @@ import (
 
 	"github.com/caddy-proxmox/caddy-proxmox/kube"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
+	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -66,6 +67,10 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	if len(errs) > 0 {
 		return nil, paramError(errs)
 	}
+	state, e := h.stateToClone(q, g, vm)
+	if e != nil {
+		return nil, e
+	}
 	if claim := clonesClaim(vm); claim != "" && g.VMI != nil && !g.VMI.IsFinal() {
 		// CDI waits until no pod uses the source claim (CloneSourceInUse):
 		// the clone would hang until the VM stops.
@@ -74,8 +79,14 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	}
 	// As in PVE, the clone is in the pool asked for, else in none.
 	h.joinPool(q.c, vm, q.p["pool"])
-	_, created, e := h.createGuest(q, newID, vm, func(clone kube.Guest, _ *kubevirtv1.VirtualMachine) *apiError {
-		return h.copyCloudInit(q, g, clone)
+	_, created, e := h.createGuest(q, newID, vm, func(clone kube.Guest, made *kubevirtv1.VirtualMachine) *apiError {
+		if e := h.copyCloudInit(q, g, clone); e != nil {
+			return e
+		}
+		if _, err := q.c.CloneState(q.ctx(), made, state); err != nil {
+			return kubeError(err)
+		}
+		return nil
 	})
 	if e != nil {
 		return nil, e
@@ -106,4 +117,28 @@ func clonesClaim(vm *kubevirtv1.VirtualMachine) string {
 		}
 	}
 	return ""
+}
+
+// stateToClone finds the claim holding the source's persistent EFI/TPM
+// state (PVE's efidisk0 and tpmstate0, which its clone copies) and marks
+// the clone to copy it; nil when the source has none (never started).
+func (h *APIHandler) stateToClone(q *request, g kube.Guest, clone *kubevirtv1.VirtualMachine) (*corev1.PersistentVolumeClaim, *apiError) {
+	if g.VM.Spec.Template == nil || !translate.HasPersistentState(&g.VM.Spec.Template.Spec) {
+		return nil, nil
+	}
+	claim, err := q.c.StateClaim(q.ctx(), g.Namespace(), g.Name())
+	if err != nil {
+		return nil, kubeError(err)
+	}
+	if claim == nil {
+		return nil, nil
+	}
+	if g.VMI != nil && !g.VMI.IsFinal() {
+		// The running guest's launcher pod mounts the claim: CDI would wait
+		// for it to stop (CloneSourceInUse).
+		return nil, newError(http.StatusInternalServerError,
+			"can't clone VM %d while it is running: KubeVirt's CDI copies its EFI/TPM state claim %s only while no running guest uses it (CloneSourceInUse) - shut the VM down first", g.VMID, claim.Name)
+	}
+	clone.Annotations[translate.AnnotationStateFrom] = kube.StateFrom(claim)
+	return claim, nil
 }

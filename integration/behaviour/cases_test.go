@@ -562,6 +562,22 @@ func cases() []bcase {
 			destroy("7096"),
 			destroy("7095"),
 		}},
+		{"clone-efi-state", []step{
+			// The EFI/TPM state KubeVirt keeps for a VM that has run is
+			// copied with the clone (TestCloneCarriesEFIState checks the
+			// claims); the clone boots with it.
+			create("7097", "name", "b-clone-efi-src", "memory", "512", "scsi0", "ceph-rbd:1", "bios", "ovmf",
+				"efidisk0", "ceph-rbd:1,efitype=4m,pre-enrolled-keys=1", "tpmstate0", "ceph-rbd:1"),
+			power("start", "7097"),
+			status("running", "7097", "running"),
+			power("stop", "7097"),
+			clone("7097", "7098", "name", "b-clone-efi", "full", "1"),
+			config("clone config", "7098"),
+			power("start", "7098"),
+			status("clone running", "7098", "running"),
+			destroy("7098"),
+			destroy("7097"),
+		}},
 		{"start-missing-bridge", []step{
 			// No NetworkAttachmentDefinition vmbr1: KubeVirt cannot render
 			// the launcher pod and retries forever; the start fails at once

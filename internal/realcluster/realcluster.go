@@ -13,6 +13,7 @@ package realcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -68,7 +69,8 @@ func GuestShutdown(ctx context.Context, ns, name string) error {
 }
 
 // SeedLikeSimulation gives the cluster the simulated one's nodes, storage
-// classes and namespaces (not its VMs), the CSIDrivers of its CSI
+// classes and namespaces (not its VMs), its KubeVirt CR's
+// vmStateStorageClass, the CSIDrivers of its CSI
 // provisioners, and a VolumeSnapshotClass for ceph's: topolvm's thick
 // volumes, which local-lvm is, have no snapshots.
 func SeedLikeSimulation(ctx context.Context, e *testenv.Env) error {
@@ -92,5 +94,13 @@ func SeedLikeSimulation(ctx context.Context, e *testenv.Env) error {
 			}
 		}
 	}
-	return testenv.SeedStorage(ctx, e.DirectKube, e.Dynamic, drivers, kubevirtsim.SeedSnapshotClasses())
+	if err := testenv.SeedStorage(ctx, e.DirectKube, e.Dynamic, drivers, kubevirtsim.SeedSnapshotClasses()); err != nil {
+		return err
+	}
+	// The lab keeps VMs' EFI/TPM state where it can clone it (the node
+	// stand-ins' host-assisted clones of topolvm claims misbind).
+	if err := e.SetVMStateStorageClass(ctx, kubevirtsim.SeedKubeVirt().Spec.Configuration.VMStateStorageClass); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("KubeVirt CR: %w", err)
+	}
+	return nil
 }

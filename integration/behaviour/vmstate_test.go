@@ -1,0 +1,81 @@
+package behaviour
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// stateClaims lists the claims KubeVirt's backend storage takes as the
+// EFI/TPM state of the VM ns/name (its label).
+func stateClaims(t *testing.T, ns, name string) []corev1.PersistentVolumeClaim {
+	t.Helper()
+	list, err := env.DirectKube.CoreV1().PersistentVolumeClaims(ns).List(context.Background(),
+		metav1.ListOptions{LabelSelector: translate.StateClaimLabel + "=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// TestCloneCarriesEFIState: PVE's clone copies efidisk0 and tpmstate0.
+// On the real virt-controller and CDI, the clone of a VM that has run
+// gets a copy of the source's state claim, which KubeVirt takes as the
+// clone's own when it starts (it makes no claim of its own); a running
+// source is refused up front, since CDI copies the claim only once no
+// guest uses it.
+func TestCloneCarriesEFIState(t *testing.T) {
+	r := realOnly(t)
+	const src, dst = "7220", "7221"
+	must(t, r, "create", r.task("POST", "/nodes/"+firstNode+"/qemu", form("vmid", src, "name", "b-efi-src", "memory", "512",
+		"scsi0", "ceph-rbd:1", "bios", "ovmf", "efidisk0", "ceph-rbd:1,efitype=4m,pre-enrolled-keys=0", "tpmstate0", "ceph-rbd:1")))
+	t.Cleanup(func() { destroy(src).do(r) })
+	must(t, r, "start", r.task("POST", r.vm(src, "status/start"), nil))
+	must(t, r, "running", r.waitStatus(src, "running", time.Minute))
+	vm := vmObject(t, src)
+	if got := stateClaims(t, vm.Namespace, vm.Name); len(got) != 1 {
+		t.Fatalf("KubeVirt made %d state claims for the running source, want 1", len(got))
+	}
+	o := r.task("POST", r.vm(src, "clone"), form("newid", dst, "name", "b-efi-clone", "full", "1"))
+	if o["code"] != 500 || !strings.Contains(brief(o), "EFI/TPM state claim") {
+		t.Fatalf("clone of the running source: %s, want the refusal", brief(o))
+	}
+	must(t, r, "stop", r.task("POST", r.vm(src, "status/stop"), nil))
+
+	must(t, r, "clone", r.task("POST", r.vm(src, "clone"), form("newid", dst, "name", "b-efi-clone", "full", "1")))
+	t.Cleanup(func() { destroy(dst).do(r) })
+	clone := vmObject(t, dst)
+	want := translate.StateClaimName(clone.Name)
+	got := stateClaims(t, clone.Namespace, clone.Name)
+	if len(got) != 1 || got[0].Name != want || got[0].Status.Phase != corev1.ClaimBound {
+		t.Fatalf("the clone's state after its task: %v, want claim %s bound", got, want)
+	}
+	must(t, r, "start clone", r.task("POST", r.vm(dst, "status/start"), nil))
+	must(t, r, "clone running", r.waitStatus(dst, "running", time.Minute))
+	if got := stateClaims(t, clone.Namespace, clone.Name); len(got) != 1 || got[0].Name != want {
+		names := []string{}
+		for _, c := range got {
+			names = append(names, c.Name)
+		}
+		t.Fatalf("state claims of the started clone: %v, want KubeVirt to have taken %s", names, want)
+	}
+	vmi, err := env.KubeVirt.KubevirtV1().VirtualMachineInstances(clone.Namespace).Get(context.Background(), clone.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := ""
+	for _, v := range vmi.Status.VolumeStatus {
+		if v.PersistentVolumeClaimInfo != nil && strings.HasPrefix(v.PersistentVolumeClaimInfo.ClaimName, translate.StateClaimLabel) {
+			used = v.PersistentVolumeClaimInfo.ClaimName
+		}
+	}
+	if used != want {
+		t.Errorf("the clone's instance keeps its state in %q, want %s", used, want)
+	}
+}

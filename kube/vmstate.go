@@ -1,0 +1,113 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// StateClaim returns the claim in which KubeVirt keeps the persistent EFI
+// and TPM state of the VM ns/name, as KubeVirt picks it (backend-storage
+// PVCForVMI: the labelled claim, else the legacy name), or nil: a VM
+// never started has none yet. It asks the apiserver as the plugin, since
+// the cache strips labels the plugin does not set.
+func (c *Cluster) StateClaim(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	list, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the state claim of %s/%s: %w", ns, name, err)
+	}
+	var legacy *corev1.PersistentVolumeClaim
+	for i := range list.Items {
+		pvc := &list.Items[i]
+		if pvc.DeletionTimestamp != nil {
+			continue
+		}
+		if v, ok := pvc.Labels[translate.StateClaimLabel]; ok && v == name {
+			return pvc, nil
+		}
+		if pvc.Name == translate.StateClaimName(name) {
+			legacy = pvc
+		}
+	}
+	return legacy, nil
+}
+
+// CloneState starts the copy of a clone's persistent EFI/TPM state (the
+// source claim its AnnotationStateFrom names): a DataVolume owned by the
+// clone, named and labelled as KubeVirt's backend storage adopts it (CDI
+// gives the claim the DataVolume's labels), created as the caller. A VM
+// without the annotation has nothing to copy.
+func (c *Cluster) CloneState(ctx context.Context, vm *kubevirtv1.VirtualMachine, src *corev1.PersistentVolumeClaim) (*cdiv1.DataVolume, error) {
+	if vm.Annotations[translate.AnnotationStateFrom] == "" {
+		return nil, nil
+	}
+	cdi := c.as(ctx).cdi
+	if cdi == nil {
+		return nil, ErrNoCDI
+	}
+	dv := StateDataVolume(vm, src)
+	created, err := cdi.CdiV1beta1().DataVolumes(vm.Namespace).Create(ctx, dv, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("copying the EFI/TPM state claim %s/%s: %w", src.Namespace, src.Name, err)
+	}
+	return created, nil
+}
+
+// StateDataVolume is the DataVolume copying src, a VM's state claim, into
+// the state claim of vm: the same class, size and modes (KubeVirt reads
+// the state with its own access mode choice), owned by vm so that it goes
+// with it as KubeVirt's own state claim does. The owner is no controller:
+// KubeVirt's VM controller owns only the DataVolumes of its templates.
+func StateDataVolume(vm *kubevirtv1.VirtualMachine, src *corev1.PersistentVolumeClaim) *cdiv1.DataVolume {
+	// CDI refuses a target smaller than the source; the storage may have
+	// rounded KubeVirt's 10Mi up.
+	size := src.Spec.Resources.Requests[corev1.ResourceStorage]
+	if got, ok := src.Status.Capacity[corev1.ResourceStorage]; ok && got.Cmp(size) > 0 {
+		size = got
+	}
+	spec := corev1.PersistentVolumeClaimSpec{
+		AccessModes:      src.Spec.AccessModes,
+		VolumeMode:       src.Spec.VolumeMode,
+		StorageClassName: src.Spec.StorageClassName,
+		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+	}
+	return &cdiv1.DataVolume{
+		TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: translate.StateClaimName(vm.Name), Namespace: vm.Namespace,
+			Labels: map[string]string{translate.StateClaimLabel: vm.Name},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: vm.Name, UID: vm.UID,
+			}},
+		},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: src.Namespace, Name: src.Name}},
+			PVC:    &spec,
+		},
+	}
+}
+
+// stateProvisioned tells whether the state copy of a clone (see
+// CloneState) is done: its claim is there and its DataVolume settled.
+func (c *Cluster) stateProvisioned(vm *kubevirtv1.VirtualMachine) bool {
+	if vm.Annotations[translate.AnnotationStateFrom] == "" {
+		return true
+	}
+	name := translate.StateClaimName(vm.Name)
+	if c.CachedPVC(vm.Namespace, name) == nil {
+		return false
+	}
+	dv := c.DataVolume(vm.Namespace, name)
+	return dv == nil || dataVolumeSettled(dv)
+}
+
+// StateFrom is the AnnotationStateFrom value naming claim.
+func StateFrom(claim *corev1.PersistentVolumeClaim) string {
+	return claim.Namespace + "/" + claim.Name
+}

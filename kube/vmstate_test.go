@@ -1,0 +1,126 @@
+package kube
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/translate"
+)
+
+// stateClaim is a claim as KubeVirt's backend storage makes it for vm
+// (labelled unless legacy), 10Mi asked and capacity got.
+func stateClaim(ns, name, vm, capacity string, legacy bool) *corev1.PersistentVolumeClaim {
+	sc, fs := "ceph-rbd", corev1.PersistentVolumeFilesystem
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			VolumeMode:       &fs,
+			StorageClassName: &sc,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Mi")}},
+		},
+		Status: corev1.PersistentVolumeClaimStatus{
+			Phase:    corev1.ClaimBound,
+			Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)},
+		},
+	}
+	if !legacy {
+		pvc.Labels = map[string]string{translate.StateClaimLabel: vm}
+	}
+	return pvc
+}
+
+// TestCloneState: the source's state claim is found as KubeVirt finds it
+// (label, else the legacy name; never another VM's), and the clone gets a
+// DataVolume copying it under the name and label KubeVirt adopts, owned
+// by the clone; the clone's volumes are not provisioned until that copy
+// is done.
+func TestCloneState(t *testing.T) {
+	c := poolCluster(t, Options{AssumeKubeVirtAPIs: true},
+		stateClaim("default", "persistent-state-for-win-11-x7k2p", "win-11", "1Gi", false),
+		stateClaim("default", "persistent-state-for-win-11-other", "win-12", "1Gi", false),
+		stateClaim("lab", "persistent-state-for-legacy-app", "", "10Mi", true),
+	)
+	ctx := context.Background()
+	for _, tc := range []struct{ ns, vm, want string }{
+		{"default", "win-11", "persistent-state-for-win-11-x7k2p"},
+		{"lab", "legacy-app", "persistent-state-for-legacy-app"},
+		{"default", "debian-12", ""}, // never started
+	} {
+		got, err := c.StateClaim(ctx, tc.ns, tc.vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name := ""; got != nil && got.Name != tc.want || got == nil && tc.want != name {
+			t.Fatalf("StateClaim(%s/%s) = %v, want %q", tc.ns, tc.vm, got, tc.want)
+		}
+	}
+
+	src, _ := c.StateClaim(ctx, "default", "win-11")
+	made := mustGuest(t, c, 101).VM.DeepCopy()
+	made.ObjectMeta = metav1.ObjectMeta{Name: "copy", Namespace: "default", UID: "copy-uid",
+		Annotations: map[string]string{translate.AnnotationStateFrom: StateFrom(src)}}
+	if dv, err := c.CloneState(ctx, &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}}, src); dv != nil || err != nil {
+		t.Fatalf("CloneState without the annotation = %v, %v; want nothing", dv, err)
+	}
+	if !c.stateProvisioned(&kubevirtv1.VirtualMachine{}) {
+		t.Fatal("a VM without state to copy waits for it")
+	}
+	if _, err := c.CloneState(ctx, made, src); err != nil {
+		t.Fatal(err)
+	}
+	dv, err := c.own.cdi.CdiV1beta1().DataVolumes("default").Get(ctx, "persistent-state-for-copy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dv.Labels[translate.StateClaimLabel] != "copy" {
+		t.Errorf("labels %v: KubeVirt finds the clone's state by %s=copy", dv.Labels, translate.StateClaimLabel)
+	}
+	if s := dv.Spec.Source; s == nil || s.PVC == nil || *s.PVC != (cdiv1.DataVolumeSourcePVC{Namespace: "default", Name: src.Name}) {
+		t.Errorf("source %+v", dv.Spec.Source)
+	}
+	if p := dv.Spec.PVC; p == nil || *p.StorageClassName != "ceph-rbd" || p.AccessModes[0] != corev1.ReadWriteMany ||
+		p.Resources.Requests.Storage().String() != "1Gi" {
+		t.Errorf("claim spec %+v: want the source's class and modes, its capacity", dv.Spec.PVC)
+	}
+	if refs := dv.OwnerReferences; len(refs) != 1 || refs[0].UID != "copy-uid" || refs[0].Kind != "VirtualMachine" || refs[0].Controller != nil {
+		t.Errorf("owners %+v: want the clone, not as controller", refs)
+	}
+
+	if c.volumesProvisioned(made) {
+		t.Fatal("provisioned before the state copy has its claim")
+	}
+	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, stateClaim("default", "persistent-state-for-copy", "copy", "1Gi", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dv.Status.Phase = cdiv1.CloneInProgress
+	dv.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeBound, Status: corev1.ConditionFalse, Reason: cdiErrClaimNotValid, Message: "no accessMode"}}
+	if dv, err = c.own.cdi.CdiV1beta1().DataVolumes("default").UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the cache to see the state claim", func() (bool, string) {
+		cached := c.DataVolume("default", dv.Name)
+		return c.CachedPVC("default", "persistent-state-for-copy") != nil && cached != nil && cached.Status.Phase == cdiv1.CloneInProgress, "not yet"
+	})
+	if c.volumesProvisioned(made) {
+		t.Fatal("provisioned while the state copy runs")
+	}
+	// The clone task ends with CDI's reason instead of waiting for ever.
+	if msg := c.invalidClaim(made); msg != "DataVolume persistent-state-for-copy: no accessMode" {
+		t.Errorf("invalidClaim = %q", msg)
+	}
+	dv.Status.Conditions = nil
+	dv.Status.Phase = cdiv1.Succeeded
+	if _, err := c.own.cdi.CdiV1beta1().DataVolumes("default").UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the state copy to count as provisioned", func() (bool, string) {
+		return c.volumesProvisioned(made), "not provisioned"
+	})
+}
