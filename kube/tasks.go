@@ -684,6 +684,10 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		}
+		if msg := ts.c.stateCopyFailure(vm); msg != "" {
+			// CDI will not finish the copy of the EFI/TPM state by itself.
+			return true, "copying the EFI/TPM state failed: " + msg, nil
+		}
 		if msg := ts.c.invalidClaim(vm); msg != "" {
 			// CDI retries forever; the storage's admin must act.
 			return true, "volume provisioning failed: " + msg +
