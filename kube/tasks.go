@@ -500,6 +500,7 @@ func (ts *Tasks) run(ctx context.Context) {
 		if now := time.Now(); now.Sub(lastPrune) > time.Minute {
 			lastPrune = now
 			ts.prune(ctx, now)
+			ts.c.collectClaims(ctx, now)
 		}
 		ts.passes.Add(1)
 	}
@@ -522,6 +523,9 @@ func (ts *Tasks) sync(ctx context.Context, key string) {
 		if done, exit, lines := ts.evaluate(t, now); done {
 			ts.end(t, exit, lines, now)
 			ts.record(ctx, t)
+			if t.goal == GoalGone && exit == translate.ExitOK {
+				ts.c.dropClaim(ctx, t.UPID.ID)
+			}
 		}
 	}
 }
