@@ -198,14 +198,27 @@ func (c *Cluster) collectClaims(ctx context.Context, now time.Time) (removed int
 	if c.Healthy() != nil {
 		return 0
 	}
+	checked := 0
 	for _, o := range c.vmidClaims.list() {
 		cm, ok := o.(*corev1.ConfigMap)
-		if ok && c.claimStale(cm, now) && c.removeClaim(ctx, cm) {
+		if !ok || !c.claimStale(cm, now) {
+			continue
+		}
+		if checked++; checked > claimChecksPerPass {
+			break
+		}
+		if c.removeClaim(ctx, cm) {
 			removed++
 		}
 	}
 	return removed
 }
+
+// claimChecksPerPass bounds the apiserver calls of one collectClaims
+// (two per claim), which runs on the task worker: the claims earlier
+// versions left, one per VM ever created, go over several passes rather
+// than hold up the tasks for a minute.
+const claimChecksPerPass = 50
 
 // dropClaim removes the claim of vmid once its VM is gone (a destroy
 // task ended), instead of on the next periodic pass.

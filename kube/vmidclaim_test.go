@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -73,4 +74,23 @@ func TestCollectClaims(t *testing.T) {
 		_, err := e.kube.CoreV1().ConfigMaps("default").Get(e.ctx, claimPrefix+"100", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), "still there"
 	})
+}
+
+// TestCollectClaimsBounded: one pass checks at most claimChecksPerPass
+// stale claims, so that the backlog earlier versions left does not hold
+// up the task worker; the next passes take the rest.
+func TestCollectClaimsBounded(t *testing.T) {
+	old := time.Now().Add(-time.Hour)
+	var objs []k8sruntime.Object
+	for i := range claimChecksPerPass + 10 {
+		objs = append(objs, claimCM(fmt.Sprint(1000+i), "default", fmt.Sprint("gone-", i), fmt.Sprint("uid-", i), old))
+	}
+	e := newEnv(t, envOptions{extra: objs})
+	c := e.cluster(Options{}, false)
+	if n := c.collectClaims(e.ctx, time.Now()); n != claimChecksPerPass {
+		t.Fatalf("first pass removed %d, want %d", n, claimChecksPerPass)
+	}
+	if n := c.collectClaims(e.ctx, time.Now()); n != 10 {
+		t.Fatalf("second pass removed %d, want the 10 left", n)
+	}
 }
