@@ -38,13 +38,15 @@ func (c *Cluster) StateClaim(ctx context.Context, ns, name string) (*corev1.Pers
 	return legacy, nil
 }
 
-// CloneState starts the copy of a clone's persistent EFI/TPM state (the
-// source claim its AnnotationStateFrom names): a DataVolume owned by the
-// clone, named and labelled as KubeVirt's backend storage adopts it (CDI
-// gives the claim the DataVolume's labels), created as the caller. A VM
-// without the annotation has nothing to copy.
+// CloneState starts the copy of src, the persistent EFI/TPM state claim
+// of a clone's source, into the clone vm: a DataVolume owned by the clone,
+// named and labelled as KubeVirt's backend storage adopts it (CDI gives
+// the claim the DataVolume's labels), created as the caller. Without src
+// (a source never started) there is nothing to copy. The clone task
+// waits for it by name (TaskSpec.Object, StateClaimName): the VM carries
+// no marker of it.
 func (c *Cluster) CloneState(ctx context.Context, vm *kubevirtv1.VirtualMachine, src *corev1.PersistentVolumeClaim) (*cdiv1.DataVolume, error) {
-	if vm.Annotations[translate.AnnotationStateFrom] == "" {
+	if src == nil {
 		return nil, nil
 	}
 	cdi := c.as(ctx).cdi
@@ -93,21 +95,16 @@ func StateDataVolume(vm *kubevirtv1.VirtualMachine, src *corev1.PersistentVolume
 	}
 }
 
-// stateProvisioned tells whether the state copy of a clone (see
-// CloneState) is done: its claim is there and its DataVolume settled.
-func (c *Cluster) stateProvisioned(vm *kubevirtv1.VirtualMachine) bool {
-	if vm.Annotations[translate.AnnotationStateFrom] == "" {
+// stateProvisioned tells whether the state copy of a clone in ns (see
+// CloneState), the DataVolume state, is done: its claim is there and the
+// DataVolume settled. No state ("") has nothing to wait for.
+func (c *Cluster) stateProvisioned(ns, state string) bool {
+	if state == "" {
 		return true
 	}
-	name := translate.StateClaimName(vm.Name)
-	if c.CachedPVC(vm.Namespace, name) == nil {
+	if c.CachedPVC(ns, state) == nil {
 		return false
 	}
-	dv := c.DataVolume(vm.Namespace, name)
+	dv := c.DataVolume(ns, state)
 	return dv == nil || dataVolumeSettled(dv)
-}
-
-// StateFrom is the AnnotationStateFrom value naming claim.
-func StateFrom(claim *corev1.PersistentVolumeClaim) string {
-	return claim.Namespace + "/" + claim.Name
 }

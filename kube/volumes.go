@@ -63,14 +63,14 @@ func (c *Cluster) StorageClassExpands(name string) bool {
 }
 
 // volumesProvisioned tells whether every DataVolume template of vm (and
-// a clone's state copy, see CloneState) has its claim and has done what
+// state, a clone's state copy, see CloneState; "" for none) has its claim and has done what
 // it does before the VM first runs (dataVolumeSettled). Neither
 // KubeVirt's printable status nor the claims say it alone: right after
 // the VM is made, virt-controller can call it Stopped before its
 // DataVolumes are in its cache, and CDI makes a volume populator's claim
 // before filling it.
-func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
-	if !c.stateProvisioned(vm) {
+func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine, state string) bool {
+	if !c.stateProvisioned(vm.Namespace, state) {
 		return false
 	}
 	for _, t := range vm.Spec.DataVolumeTemplates {
@@ -92,15 +92,15 @@ func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
 const cdiErrClaimNotValid = "ErrClaimNotValid"
 
 // invalidClaim returns why CDI cannot make the claim of a DataVolume
-// template of vm, or of a clone's state copy ("DataVolume name: CDI's
-// message"), or "".
-func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine) string {
+// template of vm, or of state, a clone's state copy ("" for none)
+// ("DataVolume name: CDI's message"), or "".
+func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine, state string) string {
 	names := make([]string, 0, len(vm.Spec.DataVolumeTemplates)+1)
 	for _, t := range vm.Spec.DataVolumeTemplates {
 		names = append(names, t.Name)
 	}
-	if vm.Annotations[translate.AnnotationStateFrom] != "" {
-		names = append(names, translate.StateClaimName(vm.Name))
+	if state != "" {
+		names = append(names, state)
 	}
 	for _, name := range names {
 		dv := c.DataVolume(vm.Namespace, name)

@@ -51,6 +51,13 @@ func TestCloneCarriesEFIState(t *testing.T) {
 	must(t, r, "clone", r.task("POST", r.vm(src, "clone"), form("newid", dst, "name", "b-efi-clone", "full", "1")))
 	t.Cleanup(func() { destroy(dst).do(r) })
 	clone := vmObject(t, dst)
+	for k := range clone.Annotations {
+		// The clone task named the copy it waited for; no marker of it
+		// stays on the user's VM.
+		if strings.HasPrefix(k, translate.KeyPrefix+"state") {
+			t.Errorf("the clone keeps the internal annotation %s=%s", k, clone.Annotations[k])
+		}
+	}
 	want := translate.StateClaimName(clone.Name)
 	got := stateClaims(t, clone.Namespace, clone.Name)
 	if len(got) != 1 || got[0].Name != want || got[0].Status.Phase != corev1.ClaimBound {
