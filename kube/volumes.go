@@ -17,6 +17,10 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
+// pvcStorageIndex indexes the claims holding VM disks by StorageClass (a
+// PVE storage). Claims holding files are left out: they belong to the
+// directory storage whatever their class (FileClaims, pvcFileIndex), so a
+// storage's disks cost no walk over its files.
 const pvcStorageIndex = "storageclass"
 
 func pvcStorageIndexFunc(obj any) ([]string, error) {
@@ -24,26 +28,21 @@ func pvcStorageIndexFunc(obj any) ([]string, error) {
 	if !ok || pvc.Spec.StorageClassName == nil {
 		return nil, nil
 	}
+	if _, _, file := translate.FileOf(pvc.Annotations); file {
+		return nil, nil
+	}
 	return []string{*pvc.Spec.StorageClassName}, nil
 }
 
-// ClaimsOf lists the cached claims of a StorageClass (a PVE storage), by
-// namespace and name.
-func (c *Cluster) ClaimsOf(storageClass string) []*corev1.PersistentVolumeClaim {
-	return sortedClaims(c.pvcs.byIndex(pvcStorageIndex, storageClass))
-}
-
-func sortedClaims(objs []any) []*corev1.PersistentVolumeClaim {
+// DiskClaims lists the cached claims of a StorageClass (a PVE storage)
+// that hold VM disks, not files, by namespace and name.
+func (c *Cluster) DiskClaims(storageClass string) []*corev1.PersistentVolumeClaim {
+	objs := c.pvcs.byIndex(pvcStorageIndex, storageClass)
 	out := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
 	for _, o := range objs {
 		out = append(out, o.(*corev1.PersistentVolumeClaim))
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
+	sortClaims(out)
 	return out
 }
 

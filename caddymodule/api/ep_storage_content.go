@@ -73,7 +73,7 @@ func storageVolume(s string, pvc *corev1.PersistentVolumeClaim, templates map[st
 // directory storage its files (and the disks of a StorageClass of its
 // name), for a StorageClass its claims but the files.
 func (h *APIHandler) storageClaims(q *request, s string) []*corev1.PersistentVolumeClaim {
-	disks := diskClaims(q.c.ClaimsOf(s))
+	disks := q.c.DiskClaims(s)
 	if !h.isDirStorage(s) {
 		return disks
 	}
