@@ -29,6 +29,11 @@ func TestStripStorageKeepsOwnKeys(t *testing.T) {
 		pvc.Finalizers != nil || pvc.ManagedFields != nil {
 		t.Fatalf("stripped claim: labels %v, annotations %v, finalizers %v, managed fields %v", pvc.Labels, pvc.Annotations, pvc.Finalizers, pvc.ManagedFields)
 	}
+	state := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
+		translate.StateClaimLabel: "win-11", "app": "x"}}}
+	if _, err := stripStorage(state); err != nil || !reflect.DeepEqual(state.Labels, map[string]string{translate.StateClaimLabel: "win-11"}) {
+		t.Fatalf("a state claim's labels: %v, want KubeVirt's naming its VM", state.Labels)
+	}
 	bare := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"a": "b"}}}
 	if _, err := stripStorage(bare); err != nil || bare.Annotations != nil || bare.Labels != nil {
 		t.Fatalf("nothing of the plugin's: annotations %v, labels %v", bare.Annotations, bare.Labels)
