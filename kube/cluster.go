@@ -426,7 +426,8 @@ func stripVMI(obj any) (any, error) {
 }
 
 // stripStorage keeps of a claim's or DataVolume's labels and annotations
-// only the plugin's own: CDI and the volume controllers leave a dozen on
+// only the plugin's own (and, on a claim, KubeVirt's naming the VM whose
+// EFI/TPM state it holds): CDI and the volume controllers leave a dozen on
 // each claim (binding, populator progress, provisioner), none read here.
 // Of a claim's spec and status it keeps what sizes, places and binds it;
 // of a DataVolume's spec its source and storage. Both are only ever

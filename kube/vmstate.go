@@ -15,8 +15,8 @@ import (
 // StateClaim returns the claim in which KubeVirt keeps the persistent EFI
 // and TPM state of the VM ns/name, as KubeVirt picks it (backend-storage
 // PVCForVMI: the labelled claim, else the legacy name), or nil: a VM
-// never started has none yet. It asks the apiserver as the plugin, since
-// the cache strips labels the plugin does not set.
+// never started has none yet. It asks the apiserver as the plugin, for
+// the claims as they are now (one KubeVirt has just labelled included).
 func (c *Cluster) StateClaim(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
 	list, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
