@@ -53,7 +53,8 @@ const (
 	// start request to act on (see Cluster.StopAfterStart). No instance
 	// means stopped only once the start request is gone or has failed.
 	GoalStoppedAfterStart Goal = "stopped-after-start"
-	// GoalProvisioned: the VM's volumes are ready (no longer Provisioning).
+	// GoalProvisioned: the VM's volumes are ready (no longer Provisioning);
+	// Object names a clone's state copy to wait for too (CloneState).
 	GoalProvisioned Goal = "provisioned"
 	// GoalSnapshotReady, GoalSnapshotGone and GoalRestored are about the
 	// snapshot or restore named by TaskSpec.Object.
@@ -688,11 +689,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		}
-		if msg := ts.c.stateCopyFailure(vm); msg != "" {
+		if msg := ts.c.stateCopyFailure(vm, t.object); msg != "" {
 			// CDI will not finish the copy of the EFI/TPM state by itself.
 			return true, "copying the EFI/TPM state failed: " + msg, nil
 		}
-		if msg := ts.c.invalidClaim(vm); msg != "" {
+		if msg := ts.c.invalidClaim(vm, t.object); msg != "" {
 			// CDI retries forever; the storage's admin must act.
 			return true, "volume provisioning failed: " + msg +
 				" (CDI cannot pick the access and volume mode of its claim: set them in the storage class's StorageProfile, spec.claimPropertySets)", nil
@@ -709,7 +710,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		default:
 			// KubeVirt may report Stopped before it has looked at the
 			// volumes.
-			if ts.c.volumesProvisioned(vm) {
+			if ts.c.volumesProvisioned(vm, t.object) {
 				return true, translate.ExitOK, nil
 			}
 		}
