@@ -386,8 +386,32 @@ func stripVM(obj any) (any, error) {
 	if vm, ok := obj.(*kubevirtv1.VirtualMachine); ok {
 		vm.Annotations = keepOwn(vm.Annotations)
 		vm.Finalizers = nil
+		if t := vm.Spec.Template; t != nil {
+			t.ObjectMeta.Labels = internStrings(t.ObjectMeta.Labels)
+			t.ObjectMeta.Annotations = internStrings(t.ObjectMeta.Annotations)
+			internRequirementsVMI(&t.Spec.Domain.Resources)
+		}
+		for i := range vm.Spec.DataVolumeTemplates {
+			internDataVolumeSpec(&vm.Spec.DataVolumeTemplates[i].Spec)
+		}
 	}
 	return stripMeta(obj)
+}
+
+// internRequirementsVMI shares the maps of a VM's or instance's resources.
+func internRequirementsVMI(r *kubevirtv1.ResourceRequirements) {
+	r.Requests = internQuantities(r.Requests)
+	r.Limits = internQuantities(r.Limits)
+}
+
+// internDataVolumeSpec shares the maps of a DataVolume's storage request.
+func internDataVolumeSpec(s *cdiv1.DataVolumeSpec) {
+	if s.Storage != nil {
+		internVolumeRequirements(&s.Storage.Resources)
+	}
+	if s.PVC != nil {
+		internVolumeRequirements(&s.PVC.Resources)
+	}
 }
 
 // stripVMI keeps of an instance what the API reads: its spec but for its
@@ -421,6 +445,8 @@ func stripVMI(obj any) (any, error) {
 			vmi.Status.Interfaces[i].InfoSource = ""
 			vmi.Status.Interfaces[i].PodInterfaceName = ""
 		}
+		internRequirementsVMI(&vmi.Spec.Domain.Resources)
+		vmi.Annotations = internStrings(vmi.Annotations)
 	}
 	return stripMeta(obj)
 }
@@ -443,13 +469,8 @@ func stripStorage(obj any) (any, error) {
 		o.Spec.Selector = nil
 		o.Spec.DataSource = nil
 		o.Spec.DataSourceRef = nil
-		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase, Capacity: o.Status.Capacity}
-		// Usually what was asked is what there is: one map for both.
-		if q, ok := o.Status.Capacity[corev1.ResourceStorage]; ok && len(o.Status.Capacity) == 1 && len(o.Spec.Resources.Requests) == 1 {
-			if r, ok := o.Spec.Resources.Requests[corev1.ResourceStorage]; ok && r.Cmp(q) == 0 {
-				o.Status.Capacity = o.Spec.Resources.Requests
-			}
-		}
+		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase, Capacity: internQuantities(o.Status.Capacity)}
+		internVolumeRequirements(&o.Spec.Resources)
 	case *cdiv1.DataVolume:
 		// Of its spec the source is read (what a download or upload task
 		// reports; of an http source the URL, not its headers or secrets)
@@ -459,6 +480,7 @@ func stripStorage(obj any) (any, error) {
 			src.HTTP = &cdiv1.DataVolumeSourceHTTP{URL: src.HTTP.URL}
 		}
 		o.Spec = cdiv1.DataVolumeSpec{Source: src, Storage: o.Spec.Storage, PVC: o.Spec.PVC}
+		internDataVolumeSpec(&o.Spec)
 		o.Status.ClaimName = ""
 		for i := range o.Status.Conditions {
 			o.Status.Conditions[i].LastHeartbeatTime = metav1.Time{}
