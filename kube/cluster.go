@@ -164,8 +164,8 @@ func (c *Cluster) Start(ctx context.Context) error {
 	// The vmid table depends only on which VMs exist and their vmid
 	// labels; status churn must not force a rebuild.
 	vmChanged := func(old, new any) {
-		o, _ := old.(*kubevirtv1.VirtualMachine)
-		n, _ := new.(*kubevirtv1.VirtualMachine)
+		o, _ := old.(*packedVM)
+		n, _ := new.(*packedVM)
 		if o == nil || n == nil || o.Labels[translate.LabelVMID] != n.Labels[translate.LabelVMID] {
 			c.vmidGen.Add(1)
 		}
@@ -197,7 +197,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, stripVM, vmChanged)
+	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, packingVMs(&specCodec{}), vmChanged)
 	c.vmis = newStore(runCtx, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
@@ -205,7 +205,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripVMI, vmiChanged)
+	}, c.opts.Resync, nil, packingVMIs(&specCodec{}), vmiChanged)
 	c.nodes = newStore(runCtx, nil, &corev1.Node{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.CoreV1().Nodes().List(ctx, o)

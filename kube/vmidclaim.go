@@ -11,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	kubevirtv1 "kubevirt.io/api/core/v1"
-
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
@@ -119,7 +117,7 @@ func (c *Cluster) vmidClaimed(vmid string) (bool, string) {
 	if time.Since(cm.CreationTimestamp.Time) < claimInFlight {
 		return true, claimNode(cm, "")
 	}
-	vm := cached[kubevirtv1.VirtualMachine](c.vms, cm.Data["namespace"], cm.Data["name"])
+	vm := c.cachedVM(cm.Data["namespace"], cm.Data["name"])
 	if vm == nil {
 		return false, ""
 	}

@@ -63,7 +63,7 @@ func TestCloneState(t *testing.T) {
 	}
 
 	src, _ := c.StateClaim(ctx, "default", "win-11")
-	made := mustGuest(t, c, 101).VM.DeepCopy()
+	made := mustGuest(t, c, 101).VM().DeepCopy()
 	made.ObjectMeta = metav1.ObjectMeta{Name: "copy", Namespace: "default", UID: "copy-uid",
 		Annotations: map[string]string{translate.AnnotationStateFrom: StateFrom(src)}}
 	if dv, err := c.CloneState(ctx, &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}}, src); dv != nil || err != nil {
