@@ -446,7 +446,12 @@ func stripVMI(obj any) (any, error) {
 			vmi.Status.Interfaces[i].PodInterfaceName = ""
 		}
 		internRequirementsVMI(&vmi.Spec.Domain.Resources)
+		// Of its metadata an instance's owner is read (is it the VM's)
+		// and one label of KubeVirt's (translate.AutomaticMigration); its
+		// annotations are alike on every instance (shared).
+		vmi.Labels = internStrings(instanceLabels(vmi.Labels))
 		vmi.Annotations = internStrings(vmi.Annotations)
+		vmi.Finalizers = nil
 	}
 	return stripMeta(obj)
 }
@@ -487,6 +492,16 @@ func stripStorage(obj any) (any, error) {
 		}
 	}
 	return stripMeta(obj)
+}
+
+// instanceLabels are the labels of an instance the API reads: KubeVirt's
+// outdated-launcher mark (its vmid and node labels repeat the VM's and
+// the status's).
+func instanceLabels(in map[string]string) map[string]string {
+	if v, ok := in[kubevirtv1.OutdatedLauncherImageLabel]; ok {
+		return map[string]string{kubevirtv1.OutdatedLauncherImageLabel: v}
+	}
+	return nil
 }
 
 // keepOwn is ownKeys for a map the cluster sets: nil stays nil, and a map

@@ -128,10 +128,11 @@ func packVM(c *specCodec, vm *kubevirtv1.VirtualMachine) (*packedVM, error) {
 }
 
 // packedVMI is what the instance cache holds: the instance's metadata and
-// status, and its spec packed.
+// status, and packed its spec and the status parts only config views and
+// the agent endpoints show (coldVMIStatus).
 type packedVMI struct {
 	// *VirtualMachineInstance has the metadata and status; its spec is
-	// empty.
+	// empty, and so are the status parts coldVMIStatus moves.
 	*kubevirtv1.VirtualMachineInstance
 	spec  []byte
 	codec *specCodec
@@ -150,19 +151,36 @@ func (p *packedVMI) full() *kubevirtv1.VirtualMachineInstance {
 		return nil
 	}
 	vmi := *p.VirtualMachineInstance
-	if err := p.codec.unpack(p.spec, &vmi.Spec); err != nil {
+	var cold kubevirtv1.VirtualMachineInstance
+	if err := p.codec.unpack(p.spec, &cold); err != nil {
 		panic(fmt.Sprintf("kube: cached spec of instance %s/%s does not decode: %v", vmi.Namespace, vmi.Name, err))
 	}
+	vmi.Spec = cold.Spec
+	coldVMIStatus(&vmi.Status, &cold.Status)
 	return &vmi
 }
 
+// coldVMIStatus moves the status parts of from that no list, state or task
+// reads (the guest agent's reports, sizes, the phase history for uptimes)
+// to to, leaving them zero in from.
+func coldVMIStatus(to, from *kubevirtv1.VirtualMachineInstanceStatus) {
+	to.Interfaces, from.Interfaces = from.Interfaces, nil
+	to.GuestOSInfo, from.GuestOSInfo = from.GuestOSInfo, kubevirtv1.VirtualMachineInstanceGuestOSInfo{}
+	to.Memory, from.Memory = from.Memory, nil
+	to.CurrentCPUTopology, from.CurrentCPUTopology = from.CurrentCPUTopology, nil
+	to.Machine, from.Machine = from.Machine, nil
+	to.PhaseTransitionTimestamps, from.PhaseTransitionTimestamps = from.PhaseTransitionTimestamps, nil
+}
+
 func packVMI(c *specCodec, vmi *kubevirtv1.VirtualMachineInstance) (*packedVMI, error) {
-	blob, err := c.pack(&vmi.Spec)
+	slim := *vmi
+	slim.Spec = kubevirtv1.VirtualMachineInstanceSpec{}
+	cold := kubevirtv1.VirtualMachineInstance{Spec: vmi.Spec}
+	coldVMIStatus(&cold.Status, &slim.Status)
+	blob, err := c.pack(&cold)
 	if err != nil {
 		return nil, err
 	}
-	slim := *vmi
-	slim.Spec = kubevirtv1.VirtualMachineInstanceSpec{}
 	return &packedVMI{VirtualMachineInstance: &slim, spec: blob, codec: c}, nil
 }
 

@@ -52,7 +52,7 @@ func (h *APIHandler) getAgent(q *request) (any, *apiError) {
 	if e := agentReady(g); e != nil {
 		return nil, e
 	}
-	st := g.InstanceMeta().Status
+	st := g.VMI().Status
 	switch cmd {
 	case "ping":
 		return map[string]any{"result": map[string]any{}}, nil
