@@ -32,9 +32,9 @@ type Guest struct {
 
 // guestFull holds the whole objects once decoded; Guest copies share it.
 type guestFull struct {
-	vmOnce, vmiOnce sync.Once
-	vm              *kubevirtv1.VirtualMachine
-	vmi             *kubevirtv1.VirtualMachineInstance
+	vmOnce, vmiOnce, metaOnce sync.Once
+	vm                        *kubevirtv1.VirtualMachine
+	vmi, vmiMeta              *kubevirtv1.VirtualMachineInstance
 }
 
 // NewGuest is a Guest of whole objects (vmi nil when none exists), for
@@ -97,7 +97,11 @@ func (g Guest) Meta() *kubevirtv1.VirtualMachine {
 // spec is empty), nil when no instance exists.
 func (g Guest) InstanceMeta() *kubevirtv1.VirtualMachineInstance {
 	if g.vmi != nil {
-		return g.vmi.VirtualMachineInstance
+		if g.full == nil {
+			return g.vmi.meta()
+		}
+		g.full.metaOnce.Do(func() { g.full.vmiMeta = g.vmi.meta() })
+		return g.full.vmiMeta
 	}
 	if g.full != nil && g.vm == nil {
 		return g.full.vmi

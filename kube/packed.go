@@ -6,7 +6,9 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/s2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -129,19 +131,24 @@ func packVM(c *specCodec, vm *kubevirtv1.VirtualMachine) (*packedVM, error) {
 
 // packedVMI is what the instance cache holds: the instance's metadata and
 // status, and packed its spec and the status parts only config views and
-// the agent endpoints show (coldVMIStatus).
+// the agent endpoints show (coldVMIStatus). It keeps no
+// VirtualMachineInstance: that struct is 1.5 KB with its spec empty (the
+// domain spec is inline); meta makes one when asked.
 type packedVMI struct {
-	// *VirtualMachineInstance has the metadata and status; its spec is
-	// empty, and so are the status parts coldVMIStatus moves.
-	*kubevirtv1.VirtualMachineInstance
-	spec  []byte
-	codec *specCodec
+	metav1.ObjectMeta
+	status kubevirtv1.VirtualMachineInstanceStatus // but coldVMIStatus
+	spec   []byte
+	codec  *specCodec
 }
+
+// GetObjectKind is for client-go's interfaces; the cache never asks.
+func (p *packedVMI) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject keeps a packed instance packed.
 func (p *packedVMI) DeepCopyObject() runtime.Object {
 	cp := *p
-	cp.VirtualMachineInstance = p.VirtualMachineInstance.DeepCopy()
+	p.ObjectMeta.DeepCopyInto(&cp.ObjectMeta)
+	p.status.DeepCopyInto(&cp.status)
 	return &cp
 }
 
@@ -150,7 +157,7 @@ func (p *packedVMI) full() *kubevirtv1.VirtualMachineInstance {
 	if p == nil {
 		return nil
 	}
-	vmi := *p.VirtualMachineInstance
+	vmi := *p.meta()
 	var cold kubevirtv1.VirtualMachineInstance
 	if err := p.codec.unpack(p.spec, &cold); err != nil {
 		panic(fmt.Sprintf("kube: cached spec of instance %s/%s does not decode: %v", vmi.Namespace, vmi.Name, err))
@@ -173,15 +180,15 @@ func coldVMIStatus(to, from *kubevirtv1.VirtualMachineInstanceStatus) {
 }
 
 func packVMI(c *specCodec, vmi *kubevirtv1.VirtualMachineInstance) (*packedVMI, error) {
-	slim := *vmi
-	slim.Spec = kubevirtv1.VirtualMachineInstanceSpec{}
+	p := &packedVMI{ObjectMeta: vmi.ObjectMeta, status: vmi.Status, codec: c}
 	cold := kubevirtv1.VirtualMachineInstance{Spec: vmi.Spec}
-	coldVMIStatus(&cold.Status, &slim.Status)
+	coldVMIStatus(&cold.Status, &p.status)
 	blob, err := c.pack(&cold)
 	if err != nil {
 		return nil, err
 	}
-	return &packedVMI{VirtualMachineInstance: &slim, spec: blob, codec: c}, nil
+	p.spec = blob
+	return p, nil
 }
 
 // packingVMs is the VM cache's transform: stripVM, then packed.
@@ -228,12 +235,16 @@ func (p *packedVM) meta() *kubevirtv1.VirtualMachine {
 	return p.VirtualMachine
 }
 
-// meta is the instance's metadata and status, nil for a nil p.
+// meta is the instance's metadata and status (a new object sharing the
+// cache's maps and slices: read it, never modify it), nil for a nil p.
 func (p *packedVMI) meta() *kubevirtv1.VirtualMachineInstance {
 	if p == nil {
 		return nil
 	}
-	return p.VirtualMachineInstance
+	return &kubevirtv1.VirtualMachineInstance{
+		TypeMeta:   metav1.TypeMeta{APIVersion: kubevirtv1.GroupVersion.String(), Kind: "VirtualMachineInstance"},
+		ObjectMeta: p.ObjectMeta, Status: p.status,
+	}
 }
 
 // cachedVM is the packed VM ns/name of the cache, or nil.

@@ -45,9 +45,9 @@ func TestPackedObjectsDecodeWhole(t *testing.T) {
 			if got := p.full(); !equality.Semantic.DeepEqual(got, want) {
 				t.Errorf("instance %s decodes to\n%+v\nwant\n%+v", o.Name, got.Spec, want.Spec)
 			}
-			if len(p.Spec.Domain.Devices.Disks) != 0 || p.Status.Phase != kubevirtv1.Running || len(p.Status.Conditions) == 0 ||
-				len(p.OwnerReferences) == 0 || p.Status.Interfaces != nil || p.Status.GuestOSInfo.Name != "" {
-				t.Errorf("cached instance %s: %+v", o.Name, p.VirtualMachineInstance)
+			if m := p.meta(); len(m.Spec.Domain.Devices.Disks) != 0 || m.Status.Phase != kubevirtv1.Running || len(m.Status.Conditions) == 0 ||
+				len(m.OwnerReferences) == 0 || m.Status.Interfaces != nil || m.Status.GuestOSInfo.Name != "" || m.UID != o.UID {
+				t.Errorf("cached instance %s: %+v", o.Name, m)
 			}
 		}
 	}
