@@ -93,8 +93,11 @@ func (g Guest) Meta() *kubevirtv1.VirtualMachine {
 	return nil
 }
 
-// InstanceMeta is the instance's metadata and status without decoding (its
-// spec is empty), nil when no instance exists.
+// InstanceMeta is the instance's metadata and status without decoding,
+// nil when no instance exists. Its spec is empty, and so are the status
+// parts packed with it (coldVMIStatus: the agent's interfaces and OS, the
+// memory and CPU topology, the machine, the phase history): whatever reads
+// those reads VMI.
 func (g Guest) InstanceMeta() *kubevirtv1.VirtualMachineInstance {
 	if g.vmi != nil {
 		if g.full == nil {
@@ -118,9 +121,6 @@ func (g Guest) Packed() Guest {
 	}
 	return g
 }
-
-// HasVM tells whether g names a VM (the zero Guest does not).
-func (g Guest) HasVM() bool { return g.Meta() != nil }
 
 // Namespace is the VM's namespace.
 func (g Guest) Namespace() string { return g.Meta().Namespace }
