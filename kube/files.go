@@ -165,7 +165,7 @@ func (c *Cluster) DeleteFile(ctx context.Context, pvc *corev1.PersistentVolumeCl
 // FileUsers lists, in vmid order, the VMs of the claim's namespace that use
 // it (ClaimUsers), as guests so that refusals can name their vmids.
 func (c *Cluster) FileUsers(ns, claim string) []Guest {
-	users := c.ClaimUsers(ns, claim, "")
+	users := c.claimUsers(ns, claim, "")
 	if len(users) == 0 {
 		return nil
 	}
