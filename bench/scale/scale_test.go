@@ -330,6 +330,11 @@ func (p *countingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w, head: func(code int) { p.count(what+" "+res, code) }}
 	p.rp.ServeHTTP(sw, r)
 	sw.WriteHeader(http.StatusBadGateway) // no answer at all
+	if what == "list" {
+		p.mu.Lock()
+		p.counts["bytes "+res] += int(sw.bytes) // as sent, compressed or not
+		p.mu.Unlock()
+	}
 	if cancel != nil {
 		p.mu.Lock()
 		delete(p.watches, r)
@@ -352,8 +357,9 @@ func (p *countingProxy) count(key string, code int) {
 // statusWriter tells head the status of the answer, once.
 type statusWriter struct {
 	http.ResponseWriter
-	head func(code int)
-	done bool
+	head  func(code int)
+	done  bool
+	bytes int64
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -367,7 +373,9 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	w.WriteHeader(http.StatusOK)
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
 
 func (w *statusWriter) Flush() {
@@ -402,6 +410,17 @@ func (p *countingProxy) snapshot() counts {
 		out[k] = v
 	}
 	return out
+}
+
+// listBytes is how many bytes the lists' answers took, as sent.
+func (c counts) listBytes() int {
+	n := 0
+	for k, v := range c {
+		if strings.HasPrefix(k, "bytes ") {
+			n += v
+		}
+	}
+	return n
 }
 
 // lists is the number of successful lists of any resource.

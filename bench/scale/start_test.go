@@ -55,7 +55,7 @@ func BenchmarkStart(b *testing.B) {
 		px := newCountingProxy(b, env)
 		kubeconfig := px.kubeconfig(b)
 		fmt.Printf("\nstart runs: %d VMs (half running), cluster filled in %s; %d cores\n", n, took.Round(time.Second), nproc())
-		fmt.Printf("%-10s %3s %9s %11s %11s %9s %8s %6s  %s\n", "binary", "run", "ready", "plugin CPU", "apiserv CPU", "etcd CPU", "RSS", "load", "lists")
+		fmt.Printf("%-10s %3s %9s %11s %11s %9s %8s %6s  %s\n", "binary", "run", "ready", "plugin CPU", "apiserv CPU", "etcd CPU", "RSS", "load", "lists (bytes as sent)")
 		fmt.Printf("binaries: %s\n", strings.Join(bins, ", "))
 		ready := map[string][]time.Duration{}
 		for r := 0; r < starts; r++ {
@@ -74,7 +74,8 @@ func BenchmarkStart(b *testing.B) {
 				a0, e0 := cpuOf(apiserver), cpuOf(etcd)
 				before := px.snapshot()
 				p := startPluginThen(b, bin, kubeconfig, n, during)
-				lists := px.snapshot().listsSince(before) + failedSince(px.snapshot(), before)
+				after := px.snapshot()
+				lists := fmt.Sprintf("%.1f MB; ", float64(after.listBytes()-before.listBytes())/1e6) + after.listsSince(before) + failedSince(after, before)
 				fmt.Printf("%-10s %3d %9s %11s %11s %9s %8s %6s  %s\n", name, r, p.ready.Round(10*time.Millisecond),
 					p.cpuAtReady.Round(10*time.Millisecond), (cpuOf(apiserver) - a0).Round(10*time.Millisecond),
 					(cpuOf(etcd) - e0).Round(10*time.Millisecond), mib(p.rss()), strings.Fields(loadavg())[0], lists)
