@@ -192,7 +192,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	// what each caller may see is decided per object (access.go).
 	c.vms = newStore(runCtx, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.own.kv.KubevirtV1().VirtualMachines(ns).List(ctx, o)
+			return listJSON(ctx, c.own.kv.KubevirtV1().RESTClient(), "virtualmachines", ns, o, c.own.kv.KubevirtV1().VirtualMachines(ns).List)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
@@ -200,7 +200,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, packingVMs(&specCodec{}), vmChanged)
 	c.vmis = newStore(runCtx, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
+			return listJSON(ctx, c.own.kv.KubevirtV1().RESTClient(), "virtualmachineinstances", ns, o, c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
@@ -245,10 +245,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc}, stripStorage, c.Tasks.touchBy(c.claimKeys))
-	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
-	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
-		c.optional = append(c.optional, c.migrations)
-	}
+	c.optional = c.startOptionalStores(ctx, runCtx)
 	stores := c.allStores()
 	for _, s := range stores {
 		s.run(runCtx)
@@ -264,13 +261,33 @@ func (c *Cluster) Start(ctx context.Context) error {
 			}
 		}
 	}
-	c.power.detect(ctx)
 	c.startMetrics(runCtx)
 	go func() {
 		defer close(c.done)
 		c.Tasks.run(runCtx)
 	}()
 	return nil
+}
+
+// startOptionalStores probes for the APIs a cluster may lack (snapshots,
+// CDI, migrations the plugin may list, virt-api's lifecycle subresources)
+// and returns the stores of those it has, not yet running. The probes are
+// round trips that hold up the start: they go out side by side. The
+// stores run only after, because the other stores' handlers read these
+// fields (claimKeys reads dataVolumes).
+func (c *Cluster) startOptionalStores(ctx, runCtx context.Context) []*store {
+	var snaps, cdi []*store
+	var wg sync.WaitGroup
+	wg.Go(func() { snaps = c.startSnapshotStores(runCtx) })
+	wg.Go(func() { cdi = c.startCDIStore(runCtx) })
+	wg.Go(func() { c.migrations = c.startMigrationStore(runCtx) })
+	wg.Go(func() { c.power.detect(ctx) })
+	wg.Wait()
+	out := append(snaps, cdi...)
+	if c.migrations != nil {
+		out = append(out, c.migrations)
+	}
+	return out
 }
 
 // Stop ends the informers and task workers (and a simulator).
