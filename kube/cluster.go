@@ -94,10 +94,14 @@ type Cluster struct {
 	// guestGen counts changes to what Guests shows (VMs, their instances,
 	// the node table, the pools); metricsGen counts usage readings published.
 	guestGen, metricsGen atomic.Uint64
-	mu                   sync.Mutex // serialises table rebuilds
-	vmidTab              atomic.Pointer[vmidTable]
-	nextIDs              idHolds // ids /cluster/nextid handed out lately
-	nodeTab              atomic.Pointer[nodeTable]
+	// claimGen counts changes to the claims; diskUse is the space the disk
+	// claims take per class, as of a claimGen.
+	claimGen atomic.Uint64
+	diskUse  atomic.Pointer[diskUse]
+	mu       sync.Mutex // serialises table rebuilds
+	vmidTab  atomic.Pointer[vmidTable]
+	nextIDs  idHolds // ids /cluster/nextid handed out lately
+	nodeTab  atomic.Pointer[nodeTable]
 
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
@@ -244,7 +248,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc}, stripStorage, c.Tasks.touchBy(c.claimKeys))
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc}, stripStorage, c.claimChanged())
 	c.optional = c.startOptionalStores(ctx, runCtx)
 	stores := c.allStores()
 	for _, s := range stores {

@@ -46,6 +46,45 @@ func (c *Cluster) DiskClaims(storageClass string) []*corev1.PersistentVolumeClai
 	return out
 }
 
+// diskUse is the space the disk claims of each StorageClass take, as of
+// the Cluster's claimGen gen.
+type diskUse struct {
+	gen   uint64
+	bytes map[string]int64
+}
+
+// claimChanged is the claim cache's change handler: it wakes the tasks
+// waiting on the claim and dates the disk usage.
+func (c *Cluster) claimChanged() changeFunc {
+	touch := c.Tasks.touchBy(c.claimKeys)
+	return func(old, new any) {
+		c.claimGen.Add(1)
+		touch(old, new)
+	}
+}
+
+// DiskClaimsBytes is the space the disk claims of a StorageClass take (as
+// DiskClaims lists them): their bound capacity, the request while
+// unbound. It is summed over all classes once per change of the claims,
+// not per call: every storage row and /cluster/resources asks for it, and
+// a class may hold thousands of claims.
+func (c *Cluster) DiskClaimsBytes(storageClass string) int64 {
+	gen := c.claimGen.Load()
+	if u := c.diskUse.Load(); u != nil && u.gen == gen {
+		return u.bytes[storageClass]
+	}
+	u := &diskUse{gen: gen, bytes: map[string]int64{}}
+	for _, o := range c.pvcs.list() {
+		pvc := o.(*corev1.PersistentVolumeClaim)
+		classes, _ := pvcStorageIndexFunc(pvc)
+		for _, class := range classes {
+			u.bytes[class] += translate.ClaimInfoOf(pvc).Bytes
+		}
+	}
+	c.diskUse.Store(u)
+	return u.bytes[storageClass]
+}
+
 // CachedPVC returns a claim from the cache, or nil.
 func (c *Cluster) CachedPVC(ns, name string) *corev1.PersistentVolumeClaim {
 	return cached[corev1.PersistentVolumeClaim](c.pvcs, ns, name)

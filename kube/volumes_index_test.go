@@ -1,11 +1,14 @@
 package kube
 
 import (
+	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -45,12 +48,6 @@ func TestStripStorageKeepsOwnKeys(t *testing.T) {
 // that storage, never its files (the directory storage's) nor other
 // classes' claims.
 func TestDiskClaimsIndex(t *testing.T) {
-	onClass := func(ns, name, class string, annotations map[string]string) *corev1.PersistentVolumeClaim {
-		pvc := claim(ns, name, nil)
-		pvc.Spec.StorageClassName = &class
-		pvc.Annotations = annotations
-		return pvc
-	}
 	iso := map[string]string{translate.AnnotationISOFile: "debian.iso"}
 	c := poolCluster(t, Options{},
 		onClass("idx-b", "vm-101-disk-0", "idx-fast", nil),
@@ -78,4 +75,43 @@ func TestDiskClaimsIndex(t *testing.T) {
 	if got := names(c.DiskClaims("idx-none")); len(got) != 0 {
 		t.Errorf("DiskClaims(idx-none) = %v, want none", got)
 	}
+}
+
+// onClass is a claim of ns/name on a StorageClass, 1 GiB unless size says.
+func onClass(ns, name, class string, annotations map[string]string) *corev1.PersistentVolumeClaim {
+	pvc := claim(ns, name, nil)
+	pvc.Spec.StorageClassName = &class
+	pvc.Annotations = annotations
+	pvc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	return pvc
+}
+
+// TestDiskClaimsBytes: a class's usage counts its disk claims (bound
+// capacity, else the request), not its files, and follows the claims as
+// they change although it is summed once per change.
+func TestDiskClaimsBytes(t *testing.T) {
+	bound := onClass("use-a", "vm-100-disk-0", "use-fast", nil)
+	bound.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
+	c := poolCluster(t, Options{},
+		bound,
+		onClass("use-b", "vm-101-disk-0", "use-fast", nil),
+		onClass("use-a", "iso-debian", "use-fast", map[string]string{translate.AnnotationISOFile: "debian.iso"}),
+		onClass("use-a", "vm-102-disk-0", "use-slow", nil),
+	)
+	if got, want := c.DiskClaimsBytes("use-fast"), int64(3<<30); got != want {
+		t.Errorf("DiskClaimsBytes(use-fast) = %d, want %d (2Gi bound + 1Gi requested, no ISO)", got, want)
+	}
+	if got, want := c.DiskClaimsBytes("use-slow"), int64(1<<30); got != want {
+		t.Errorf("DiskClaimsBytes(use-slow) = %d, want %d", got, want)
+	}
+	if got := c.DiskClaimsBytes("use-none"); got != 0 {
+		t.Errorf("DiskClaimsBytes(use-none) = %d, want 0", got)
+	}
+	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims("use-b").Create(context.Background(), onClass("use-b", "vm-103-disk-0", "use-slow", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new claim to count", func() (bool, string) {
+		got := c.DiskClaimsBytes("use-slow")
+		return got == 2<<30, fmt.Sprintf("use-slow uses %d", got)
+	})
 }

@@ -67,7 +67,7 @@ func (h *APIHandler) storageRowsWhere(q *request, keep func(name string) bool) [
 		}
 		typ, shared := storageType(sc)
 		row := storageRow{Storage: sc.Name, Type: typ, Content: "images,rootdir", Active: 1, Enabled: 1, Shared: shared}
-		row.Used = claimsUsed(q.c.DiskClaims(sc.Name))
+		row.Used = q.c.DiskClaimsBytes(sc.Name)
 		row.fill()
 		out = append(out, row)
 	}

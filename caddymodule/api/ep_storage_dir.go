@@ -156,11 +156,11 @@ func (h *APIHandler) dirRow(q *request) storageRow {
 			claims = append(claims, pvc)
 		}
 	}
+	row.Used = claimsUsed(claims)
 	if q.c.StorageClassExists(name) {
 		row.Content = dirContentImages
-		claims = append(claims, q.c.DiskClaims(name)...)
+		row.Used += q.c.DiskClaimsBytes(name)
 	}
-	row.Used = claimsUsed(claims)
 	row.fill()
 	return row
 }
