@@ -95,14 +95,7 @@ const cdiErrClaimNotValid = "ErrClaimNotValid"
 // template of vm, or of a clone's state copy ("DataVolume name: CDI's
 // message"), or "".
 func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine) string {
-	names := make([]string, 0, len(vm.Spec.DataVolumeTemplates)+1)
-	for _, t := range vm.Spec.DataVolumeTemplates {
-		names = append(names, t.Name)
-	}
-	if vm.Annotations[translate.AnnotationStateFrom] != "" {
-		names = append(names, translate.StateClaimName(vm.Name))
-	}
-	for _, name := range names {
+	for _, name := range provisionedDataVolumes(vm) {
 		dv := c.DataVolume(vm.Namespace, name)
 		if dv == nil {
 			continue
@@ -114,6 +107,46 @@ func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine) string {
 		}
 	}
 	return ""
+}
+
+// provisionedDataVolumes names the DataVolumes vm waits for before it
+// first runs: its templates, the DataVolumes its volumes name (those
+// KubeVirt judges for DataVolumeError), and a clone's state copy.
+func provisionedDataVolumes(vm *kubevirtv1.VirtualMachine) []string {
+	names := make([]string, 0, len(vm.Spec.DataVolumeTemplates)+1)
+	for _, t := range vm.Spec.DataVolumeTemplates {
+		names = append(names, t.Name)
+	}
+	if tmpl := vm.Spec.Template; tmpl != nil {
+		for _, v := range tmpl.Spec.Volumes {
+			if v.DataVolume != nil && !slices.Contains(names, v.DataVolume.Name) {
+				names = append(names, v.DataVolume.Name)
+			}
+		}
+	}
+	if vm.Annotations[translate.AnnotationStateFrom] != "" {
+		names = append(names, translate.StateClaimName(vm.Name))
+	}
+	return names
+}
+
+// dataVolumeTrouble tells why a DataVolume vm waits for failed for good
+// (importFailure), or else what error CDI is retrying on one
+// (importRetrying), each as "DataVolume name: CDI's message", or "".
+func (c *Cluster) dataVolumeTrouble(vm *kubevirtv1.VirtualMachine) (failed, retrying string) {
+	for _, name := range provisionedDataVolumes(vm) {
+		dv := c.DataVolume(vm.Namespace, name)
+		if dv == nil {
+			continue
+		}
+		if why := importFailure(dv); why != "" {
+			return "DataVolume " + name + ": " + why, ""
+		}
+		if why := importRetrying(dv); why != "" && retrying == "" {
+			retrying = "DataVolume " + name + ": " + why
+		}
+	}
+	return "", retrying
 }
 
 // dataVolumeSettled tells whether a DataVolume is done until a VM uses
