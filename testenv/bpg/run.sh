@@ -129,10 +129,16 @@ cluster=simulate
 if [ "$backend" = real ]; then
 	# The real control plane, started while the download server's files
 	# are written; ./caddy gets its kubeconfig once it serves.
-	"$out/cluster" -kubeconfig "$out/kubeconfig" >"$out/cluster.log" 2>&1 &
+	# With kubevirtsim's stand-in cdi-uploadproxy (the real one is a pod no
+	# node stand-in runs) for uploads and the downloads the plugin converts.
+	"$out/cluster" -kubeconfig "$out/kubeconfig" \
+		-upload-proxy 127.0.0.1:18443 -upload-proxy-ca "$out/uploadproxy.pem" >"$out/cluster.log" 2>&1 &
 	pids+=($!)
 	cluster_pid=$!
-	cluster="kubeconfig $out/kubeconfig"
+	cluster="kubeconfig $out/kubeconfig
+		cdi_upload_proxy https://127.0.0.1:18443 {
+			ca_file $out/uploadproxy.pem
+		}"
 fi
 
 # A tiny stand-in for cloud-images.ubuntu.com and download.proxmox.com:
