@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -18,6 +19,41 @@ import (
 )
 
 const pvcStorageIndex = "storageclass"
+
+// pvcVMIDIndex indexes claims named as a VM's disks by that VM's id
+// (diskClaimVMID).
+const pvcVMIDIndex = "vmid"
+
+func pvcVMIDIndexFunc(obj any) ([]string, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return nil, nil
+	}
+	if id, ok := diskClaimVMID(pvc.Name); ok {
+		return []string{id}, nil
+	}
+	return nil, nil
+}
+
+// diskClaimVMID returns the vmid of a claim named as a VM's disk
+// (vm-<vmid>-disk-<n>, or base-<vmid>-disk-<n> for a template's).
+func diskClaimVMID(name string) (string, bool) {
+	for _, prefix := range []string{"vm-", "base-"} {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		id, n, ok := strings.Cut(rest, "-disk-")
+		if ok && allDigits(id) && allDigits(n) {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+func allDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
 
 func pvcStorageIndexFunc(obj any) ([]string, error) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
