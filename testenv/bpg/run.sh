@@ -6,8 +6,9 @@
 # simulated cluster (BPG_BACKEND=sim, the default) or on the real control
 # plane (BPG_BACKEND=real: kube-apiserver and etcd, KubeVirt's virt-api and
 # virt-controller, CDI, kube-scheduler and kube-controller-manager, with
-# kubevirtsim's node stand-ins, seeded like the simulated cluster; see
-# internal/realcluster and cluster/main.go), as `kubeconfig` names it.
+# kubevirtsim's node stand-ins and stand-in cdi-uploadproxy, seeded like the
+# simulated cluster; see internal/realcluster and cluster/main.go), as
+# `kubeconfig` and `cdi_upload_proxy` name it.
 #
 #   testenv/bpg/run.sh                   the tests listed in tests.txt
 #   testenv/bpg/run.sh 'TestAccResourceVM$'   only top-level tests matching
