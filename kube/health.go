@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -173,17 +175,89 @@ func (h *health) observe(key string, err error) {
 // do not pile up failures (and reflector backoff) during an outage and
 // resume as soon as it ends.
 func (h *health) wait(ctx context.Context) error {
+	_, err := h.waitUp(ctx)
+	return err
+}
+
+// waitUp is wait, telling whether it had to wait.
+func (h *health) waitUp(ctx context.Context) (waited bool, err error) {
 	if h == nil {
-		return nil
+		return false, nil
 	}
 	h.mu.Lock()
 	up := h.up
 	h.mu.Unlock()
 	select {
 	case <-up:
-		return nil
+		return false, nil
+	default:
+	}
+	select {
+	case <-up:
+		return true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return true, ctx.Err()
+	}
+}
+
+// upAgain is closed when the cluster is up after an outage that is on
+// now; while it is up, a channel that is never closed.
+func (h *health) upAgain() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.up:
+		return nil
+	default:
+		return h.up
+	}
+}
+
+// Retries of an informer's list or watch while kube-apiserver answers its
+// probe but cannot serve that call (a 5xx: an aggregated API or a CRD not
+// served yet after a restart, etcd catching up). client-go's reflector
+// would back off 0.8 s doubling to 30 s (with jitter up to 60 s) and stay
+// there, leaving reads stale for that long after the cause has gone; the
+// probe already keeps the informers off a cluster that is down, so these
+// retries stay short.
+var serveRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 2 * time.Second, Steps: math.MaxInt32}
+
+// callServed makes an informer's list or watch call (key names the informer):
+// it waits while the cluster is down, records the outcome (observe), and
+// retries a call the apiserver could not serve on serveRetry, starting
+// over after each outage, so that the reflector sees neither outages nor
+// 5xx answers and never grows its own backoff on them. It gives up only
+// on other errors (the reflector's business: a 410 relists, a 403 is
+// logged) or when ctx ends.
+func callServed[T any](ctx context.Context, h *health, key string, fn func(ctx context.Context) (T, error)) (T, error) {
+	if h == nil {
+		return fn(ctx)
+	}
+	b := serveRetry
+	for {
+		waited, err := h.waitUp(ctx)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		if waited {
+			b = serveRetry
+		}
+		out, err := fn(ctx)
+		h.observe(key, err)
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return out, err
+		}
+		t := time.NewTimer(b.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out, err
+		case <-t.C:
+		case <-h.upAgain():
+			// The probe saw the outage behind the error end: at once.
+			t.Stop()
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -121,5 +122,69 @@ func TestHealthStaleSince(t *testing.T) {
 	h.report(refused)
 	if since, err := h.staleSince(); err == nil || since.Before(t1) {
 		t.Fatalf("probe down: %v %v", since, err)
+	}
+}
+
+// TestCallServedRetries: an informer's call the apiserver cannot serve
+// (5xx, a refused connection) is retried soon, so that the reflector
+// never sees it; a refusal (403, 410) goes to the reflector at once; a
+// retry during an outage waits for it to end and goes at once then.
+func TestCallServedRetries(t *testing.T) {
+	h := newHealth(func(context.Context) error { return nil }, zap.NewNop())
+	ctx := context.Background()
+	unavailable := apierrors.NewServiceUnavailable("the server is currently unable to handle the request")
+	var calls atomic.Int32
+	fails := func(n int, err error) func(context.Context) (int, error) {
+		calls.Store(0)
+		return func(context.Context) (int, error) {
+			c := int(calls.Add(1))
+			if c <= n {
+				return 0, err
+			}
+			return c, nil
+		}
+	}
+	t0 := time.Now()
+	if got, err := callServed(ctx, h, "VirtualMachine", fails(3, unavailable)); err != nil || got != 4 {
+		t.Fatalf("after three 503s: %d, %v; want the fourth call's answer", got, err)
+	}
+	if took := time.Since(t0); took > 10*time.Second {
+		t.Errorf("three retries took %v", took)
+	}
+	if h.err() != nil {
+		t.Fatalf("the cache stays stale after the retry succeeded: %v", h.err())
+	}
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "kubevirt.io", Resource: "virtualmachines"}, "", errors.New("no"))
+	if _, err := callServed(ctx, h, "VirtualMachine", fails(1, forbidden)); !apierrors.IsForbidden(err) || calls.Load() != 1 {
+		t.Fatalf("a 403: %v after %d calls; want it at once", err, calls.Load())
+	}
+	if _, err := callServed(ctx, (*health)(nil), "VirtualMachine", fails(1, unavailable)); err == nil || calls.Load() != 1 {
+		t.Fatalf("without health: %v after %d calls; want one call", err, calls.Load())
+	}
+
+	// A 503 that was an outage: the retry waits for the probe, then goes.
+	done := make(chan error, 1)
+	fn := fails(1, unavailable)
+	go func() {
+		_, err := callServed(ctx, h, "VirtualMachine", func(ctx context.Context) (int, error) {
+			if calls.Load() == 0 {
+				h.report(syscall.ECONNREFUSED)
+			}
+			return fn(ctx)
+		})
+		done <- err
+	}()
+	testutil.WaitParked(t, waitTimeout, "github.com/caddy-proxmox/caddy-proxmox/kube.(*health).waitUp")
+	if calls.Load() != 1 {
+		t.Fatalf("%d calls during the outage", calls.Load())
+	}
+	h.report(nil)
+	select {
+	case err := <-done:
+		if err != nil || calls.Load() != 2 {
+			t.Fatalf("after the outage: %v after %d calls", err, calls.Load())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no retry after the outage ended")
 	}
 }

@@ -54,8 +54,9 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	s := &store{byNS: map[string]cache.SharedIndexInformer{}, writes: map[string]cache.MutationCache{}, transform: transform, onChange: onChange}
-	// During an outage list and watch wait for the cluster to come back
-	// (see health), and their outcomes tell whether the cache is current.
+	// During an outage list and watch wait for the cluster to come back,
+	// calls it cannot serve are retried soon (see callServed), and their
+	// outcomes tell whether the cache is current.
 	h := healthFrom(ctx)
 	kind := reflect.TypeOf(obj).Elem().Name()
 	for _, ns := range namespaces {
@@ -66,20 +67,10 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 		}
 		src := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				if err := h.wait(ctx); err != nil {
-					return nil, err
-				}
-				out, err := lw.list(ctx, ns, o)
-				h.observe(key, err)
-				return out, err
+				return callServed(ctx, h, key, func(ctx context.Context) (runtime.Object, error) { return lw.list(ctx, ns, o) })
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				if err := h.wait(ctx); err != nil {
-					return nil, err
-				}
-				out, err := lw.watch(ctx, ns, o)
-				h.observe(key, err)
-				return out, err
+				return callServed(ctx, h, key, func(ctx context.Context) (watch.Interface, error) { return lw.watch(ctx, ns, o) })
 			},
 		}
 		// A list, not a watch-list stream: the stream decodes each object as

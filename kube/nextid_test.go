@@ -148,3 +148,17 @@ func TestNextVMIDSkipsLeftDisks(t *testing.T) {
 		t.Fatal("VMIDInUse(an id with disks left) = false")
 	}
 }
+
+// TestHoldsExpire: holds older than nextIDHold go on the next hold as on
+// the next reservation, so that nextid?vmid= alone does not grow them.
+func TestHoldsExpire(t *testing.T) {
+	var c Cluster
+	long := time.Now().Add(-nextIDHold)
+	for id := 1000; id < 1100; id++ {
+		c.nextIDs.hold(id, long)
+	}
+	c.HoldVMID(2000)
+	if n := len(c.nextIDs.held); n != 1 {
+		t.Fatalf("%d holds after the expired ones, want 1", n)
+	}
+}

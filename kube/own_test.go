@@ -45,6 +45,7 @@ var ownUsers = map[string]string{
 	"Cluster.StateClaim":            "finding KubeVirt's state claim of a VM the caller clones; the copy is the caller's (CDI checks its right to the source)",
 	"vmidClaim.commit":              "vmid claims: the plugin's records",
 	"vmidClaim.release":             "vmid claims: the plugin's records",
+	"Cluster.removeClaim":           "vmid claims: the plugin's records, collected by any replica",
 	"Tasks.Begin":                   "task records: the plugin's",
 	"Tasks.lookup":                  "task records: the plugin's",
 	"Tasks.persist":                 "task records: the plugin's",

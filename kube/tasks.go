@@ -504,6 +504,7 @@ func (ts *Tasks) run(ctx context.Context) {
 		if now := time.Now(); now.Sub(lastPrune) > time.Minute {
 			lastPrune = now
 			ts.prune(ctx, now)
+			ts.c.collectClaims(ctx, now)
 		}
 		ts.passes.Add(1)
 	}
@@ -526,6 +527,9 @@ func (ts *Tasks) sync(ctx context.Context, key string) {
 		if done, exit, lines := ts.evaluate(t, now); done {
 			ts.end(t, exit, lines, now)
 			ts.record(ctx, t)
+			if t.goal == GoalGone && exit == translate.ExitOK {
+				ts.c.dropClaim(ctx, t.UPID.ID)
+			}
 		} else {
 			ts.note(t, lines)
 		}
@@ -715,6 +719,10 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		}
 		if vm.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusPvcNotFound {
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
+		}
+		if msg := ts.c.stateCopyFailure(vm); msg != "" {
+			// CDI will not finish the copy of the EFI/TPM state by itself.
+			return true, "copying the EFI/TPM state failed: " + msg, nil
 		}
 		if msg := ts.c.invalidClaim(vm); msg != "" {
 			// CDI retries forever; the storage's admin must act.

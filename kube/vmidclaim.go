@@ -170,3 +170,82 @@ func (cl *vmidClaim) release(ctx context.Context) {
 		cl.c.vmidClaims.drop(cl.cm)
 	}
 }
+
+// claimStale tells, from the caches, whether a claim may no longer hold
+// its vmid and is worth asking the apiserver about (claimLive): the
+// cached VM it names is not the one it was made for (its UID, once the
+// create committed it; before that its vmid label), and a claim not
+// committed is past claimInFlight. A claim of a live VM costs no call.
+func (c *Cluster) claimStale(cm *corev1.ConfigMap, now time.Time) bool {
+	vm := cached[kubevirtv1.VirtualMachine](c.vms, cm.Data["namespace"], cm.Data["name"])
+	if uid := cm.Data["uid"]; uid != "" {
+		return vm == nil || string(vm.UID) != uid
+	}
+	if now.Sub(cm.CreationTimestamp.Time) < claimInFlight {
+		return false
+	}
+	return vm == nil || vm.Labels[translate.LabelVMID] != cm.Data["vmid"]
+}
+
+// collectClaims removes the claims that no longer hold their vmid: their
+// VM was deleted (or replaced by another of its name), or their create
+// died before making it. It runs on the task worker's periodic pass, on
+// every replica: each removal is checked against the apiserver
+// (claimLive) and made with the claim's UID and resourceVersion as
+// preconditions, so that a claim another replica committed, took over or
+// removed meanwhile is left alone.
+func (c *Cluster) collectClaims(ctx context.Context, now time.Time) (removed int) {
+	if c.Healthy() != nil {
+		return 0
+	}
+	checked := 0
+	for _, o := range c.vmidClaims.list() {
+		cm, ok := o.(*corev1.ConfigMap)
+		if !ok || !c.claimStale(cm, now) {
+			continue
+		}
+		if checked++; checked > claimChecksPerPass {
+			break
+		}
+		if c.removeClaim(ctx, cm) {
+			removed++
+		}
+	}
+	return removed
+}
+
+// claimChecksPerPass bounds the apiserver calls of one collectClaims
+// (two per claim), which runs on the task worker: the claims earlier
+// versions left, one per VM ever created, go over several passes rather
+// than hold up the tasks for a minute.
+const claimChecksPerPass = 50
+
+// dropClaim removes the claim of vmid once its VM is gone (a destroy
+// task ended), instead of on the next periodic pass.
+func (c *Cluster) dropClaim(ctx context.Context, vmid string) {
+	cm := cached[corev1.ConfigMap](c.vmidClaims, c.opts.TaskNamespace, claimPrefix+vmid)
+	if cm != nil && c.claimStale(cm, time.Now()) {
+		c.removeClaim(ctx, cm)
+	}
+}
+
+// removeClaim deletes cm unless the apiserver says it still holds its
+// vmid, or it changed since it was read.
+func (c *Cluster) removeClaim(ctx context.Context, cm *corev1.ConfigMap) bool {
+	live, err := c.claimLive(ctx, cm)
+	if err != nil || live {
+		return false
+	}
+	uid, rv := cm.UID, cm.ResourceVersion
+	err = c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	switch {
+	case err == nil:
+		c.vmidClaims.drop(cm)
+		return true
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Another replica removed, took over or committed it.
+	default:
+		c.logger.Debug("removing a stale vmid claim", zap.String("claim", cm.Name), zap.Error(err))
+	}
+	return false
+}

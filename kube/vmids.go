@@ -194,7 +194,10 @@ func (c *Cluster) HoldVMID(id int) {
 	h := &c.nextIDs
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.hold(id, time.Now())
+	now := time.Now()
+	// Clients that only ever ask nextid?vmid= must not grow the holds.
+	h.expire(now)
+	h.hold(id, now)
 }
 
 // ReserveNextVMID is NextVMID for /cluster/nextid: it skips the ids it

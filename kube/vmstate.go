@@ -1,11 +1,13 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -105,6 +107,76 @@ func (c *Cluster) stateProvisioned(vm *kubevirtv1.VirtualMachine) bool {
 	}
 	dv := c.DataVolume(vm.Namespace, name)
 	return dv == nil || dataVolumeSettled(dv)
+}
+
+// CDI's reasons (pkg/controller/datavolume) for a clone it will not make
+// until someone changes the cluster: the source claim does not exist
+// (CDI waits for it to appear), or the target does not fit the source
+// (CDI waits for the spec to change). For a state copy neither comes
+// right by itself: the source is the claim of a VM that has gone or no
+// longer keeps state, and the target is rendered from that source.
+const (
+	cdiCloneWithoutSource    = "CloneWithoutSource"
+	cdiCloneValidationFailed = "CloneValidationFailed"
+)
+
+// stateCopyFailure returns why the state copy of the clone vm (see
+// CloneState) can no longer finish, or "": its DataVolume Failed, or CDI
+// found no source claim or refused the clone, with CDI's message. An
+// importer or cloner that stopped on an error (Running False, reason
+// Error) is not final: CDI retries it. A DataVolume of an earlier VM of
+// the same name (another owner) is not this clone's.
+func (c *Cluster) stateCopyFailure(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Annotations[translate.AnnotationStateFrom] == "" {
+		return ""
+	}
+	dv := c.DataVolume(vm.Namespace, translate.StateClaimName(vm.Name))
+	if dv == nil || !ownedBy(dv.OwnerReferences, vm.UID) {
+		return ""
+	}
+	if msg := stateDataVolumeFailure(dv); msg != "" {
+		return "DataVolume " + dv.Name + ": " + msg
+	}
+	return ""
+}
+
+// stateDataVolumeFailure is the final failure of a state copy's
+// DataVolume as CDI reports it, or "".
+func stateDataVolumeFailure(dv *cdiv1.DataVolume) string {
+	if dv.Status.Phase == cdiv1.Failed {
+		for _, t := range []cdiv1.DataVolumeConditionType{cdiv1.DataVolumeRunning, cdiv1.DataVolumeReady, cdiv1.DataVolumeBound} {
+			for _, cond := range dv.Status.Conditions {
+				if cond.Type == t && cond.Message != "" {
+					return cond.Message
+				}
+			}
+		}
+		return "CDI failed the copy (phase Failed)"
+	}
+	for _, cond := range dv.Status.Conditions {
+		if cond.Status == corev1.ConditionTrue {
+			continue
+		}
+		switch cond.Reason {
+		case cdiCloneWithoutSource, cdiCloneValidationFailed:
+			return cmp.Or(cond.Message, cond.Reason) + " (" + cond.Reason + ")"
+		}
+	}
+	return ""
+}
+
+// ownedBy tells whether refs name uid; an object without owners counts
+// as anyone's.
+func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
+	if len(refs) == 0 {
+		return true
+	}
+	for _, r := range refs {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // StateFrom is the AnnotationStateFrom value naming claim.

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -123,4 +124,95 @@ func TestCloneState(t *testing.T) {
 	eventually(t, "the state copy to count as provisioned", func() (bool, string) {
 		return c.volumesProvisioned(made), "not provisioned"
 	})
+}
+
+// TestStateCopyFailureEndsClone: a clone whose state copy CDI will not
+// finish (DataVolume Failed, the source claim gone, the clone refused)
+// ends at once with CDI's reason; a transient error CDI retries does not
+// count, nor does the DataVolume of an earlier VM of the clone's name.
+func TestStateCopyFailureEndsClone(t *testing.T) {
+	cond := func(typ cdiv1.DataVolumeConditionType, status corev1.ConditionStatus, reason, msg string) cdiv1.DataVolumeCondition {
+		return cdiv1.DataVolumeCondition{Type: typ, Status: status, Reason: reason, Message: msg}
+	}
+	for _, tc := range []struct {
+		name   string
+		status cdiv1.DataVolumeStatus
+		want   string
+	}{
+		{"phase Failed", cdiv1.DataVolumeStatus{Phase: cdiv1.Failed, Conditions: []cdiv1.DataVolumeCondition{
+			cond(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", "PVC bound"),
+			cond(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Error", "clone source pod failed")}},
+			"clone source pod failed"},
+		{"phase Failed, no message", cdiv1.DataVolumeStatus{Phase: cdiv1.Failed}, "CDI failed the copy (phase Failed)"},
+		// CDI's validateCloneAndSourcePVC, as it words them.
+		{"source gone", cdiv1.DataVolumeStatus{Phase: cdiv1.Pending, Conditions: []cdiv1.DataVolumeCondition{
+			cond(cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiCloneWithoutSource, "The source pvc persistent-state-for-win-11-x7k2p doesn't exist"),
+			cond(cdiv1.DataVolumeReady, corev1.ConditionFalse, cdiCloneWithoutSource, "The source pvc persistent-state-for-win-11-x7k2p doesn't exist")}},
+			"The source pvc persistent-state-for-win-11-x7k2p doesn't exist (CloneWithoutSource)"},
+		{"clone refused", cdiv1.DataVolumeStatus{Conditions: []cdiv1.DataVolumeCondition{
+			cond(cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiCloneValidationFailed, "The clone doesn't meet the validation requirements: target resources requests storage size is smaller than the source")}},
+			"The clone doesn't meet the validation requirements: target resources requests storage size is smaller than the source (CloneValidationFailed)"},
+		// CDI restarts a failed cloner pod: not final.
+		{"transient", cdiv1.DataVolumeStatus{Phase: cdiv1.CloneInProgress, Conditions: []cdiv1.DataVolumeCondition{
+			cond(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Error", "clone source pod failed")}}, ""},
+		{"copying", cdiv1.DataVolumeStatus{Phase: cdiv1.CloneInProgress, Conditions: []cdiv1.DataVolumeCondition{
+			cond(cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Pod is running", "")}}, ""},
+	} {
+		if got := stateDataVolumeFailure(&cdiv1.DataVolume{Status: tc.status}); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+
+	c := poolCluster(t, Options{AssumeKubeVirtAPIs: true})
+	ctx := context.Background()
+	c.Tasks.Interval = 20 * time.Millisecond
+	clone := mustGuest(t, c, 100)
+	vm := clone.VM.DeepCopy()
+	vm.Annotations[translate.AnnotationStateFrom] = "default/persistent-state-for-win-11-x7k2p"
+	if _, err := c.own.kv.KubevirtV1().VirtualMachines("default").Update(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dv := StateDataVolume(vm, stateClaim("default", "persistent-state-for-win-11-x7k2p", "win-11", "1Gi", false))
+	dv.Status.Conditions = []cdiv1.DataVolumeCondition{cond(cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiCloneWithoutSource,
+		"The source pvc persistent-state-for-win-11-x7k2p doesn't exist")}
+	stale := dv.DeepCopy()
+	stale.OwnerReferences[0].UID = "an-earlier-vm"
+	// The fake, as kube-apiserver, takes the status only through its
+	// subresource.
+	create := func(dv *cdiv1.DataVolume) {
+		t.Helper()
+		made, err := c.own.cdi.CdiV1beta1().DataVolumes("default").Create(ctx, dv, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		made.Status = dv.Status
+		if _, err := c.own.cdi.CdiV1beta1().DataVolumes("default").UpdateStatus(ctx, made, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(stale)
+	eventually(t, "the cache to see the state copy", func() (bool, string) {
+		g := mustGuest(t, c, 100)
+		cached := c.DataVolume("default", dv.Name)
+		return cached != nil && len(cached.Status.Conditions) > 0 && g.VM.Annotations[translate.AnnotationStateFrom] != "", "not yet"
+	})
+	if msg := c.stateCopyFailure(mustGuest(t, c, 100).VM); msg != "" {
+		t.Fatalf("an earlier VM's state copy fails the clone: %q", msg)
+	}
+	if err := c.own.cdi.CdiV1beta1().DataVolumes("default").Delete(ctx, dv.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create(dv)
+	eventually(t, "the clone's state copy to fail", func() (bool, string) {
+		msg := c.stateCopyFailure(mustGuest(t, c, 100).VM)
+		return msg != "", "none"
+	})
+	task, err := c.Tasks.Begin(ctx, specFor(mustGuest(t, c, 100), GoalProvisioned, translate.TaskClone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := waitTaskEnd(t, c, task.UPID.String())
+	if want := "copying the EFI/TPM state failed: DataVolume persistent-state-for-debian-12: The source pvc persistent-state-for-win-11-x7k2p doesn't exist (CloneWithoutSource)"; end.ExitStatus != want {
+		t.Fatalf("exit %q, want %q", end.ExitStatus, want)
+	}
 }
