@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
 )
 
 // TestSnapshotWithoutSnapshotClass: local-path has no VolumeSnapshotClass,
@@ -46,30 +44,9 @@ func TestSnapshotWithoutSnapshotClass(t *testing.T) {
 	}
 
 	// A snapshot taken with kubectl succeeds without the disk's data.
-	group := "kubevirt.io"
-	snap := &snapshotv1.VirtualMachineSnapshot{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-" + id, Namespace: vm.Namespace},
-		Spec:       snapshotv1.VirtualMachineSnapshotSpec{Source: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: vm.Name}},
-	}
-	if _, err := env.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(vm.Namespace).Create(ctx, snap, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(vm.Namespace).Delete(ctx, snap.Name, metav1.DeleteOptions{})
-	})
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		s, err := env.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(vm.Namespace).Get(ctx, snap.Name, metav1.GetOptions{})
-		if err == nil && s.Status != nil && s.Status.Phase == snapshotv1.Succeeded && vmByID(t, id).Status.SnapshotInProgress == nil {
-			if s.Status.SnapshotVolumes == nil || len(s.Status.SnapshotVolumes.ExcludedVolumes) != 1 || s.Status.SnapshotVolumes.ExcludedVolumes[0] != "scsi0" {
-				t.Fatalf("the snapshot's volumes: %+v", s.Status.SnapshotVolumes)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kubectl snapshot: %v %+v", err, s.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
+	snap := env.KubectlSnapshot(t, vm, "kubectl-"+id)
+	if v := snap.Status.SnapshotVolumes; v == nil || len(v.ExcludedVolumes) != 1 || v.ExcludedVolumes[0] != "scsi0" {
+		t.Fatalf("the snapshot's volumes: %+v", v)
 	}
 	// Listed, so a client can see it, but not rolled back to.
 	var snaps []map[string]any

@@ -426,12 +426,17 @@ func stripVMI(obj any) (any, error) {
 }
 
 // stripStorage keeps of a claim's or DataVolume's labels and annotations
-// only the plugin's own: CDI and the volume controllers leave a dozen on
+// only the plugin's own (and, on a claim, KubeVirt's naming the VM whose
+// EFI/TPM state it holds): CDI and the volume controllers leave a dozen on
 // each claim (binding, populator progress, provisioner), none read here.
 // Of a claim's spec and status it keeps what sizes, places and binds it;
 // of a DataVolume's spec its source and storage. Both are only ever
 // merge-patched.
 func stripStorage(obj any) (any, error) {
+	var stateOwner string
+	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		stateOwner = pvc.Labels[translate.StateClaimLabel]
+	}
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetLabels(ownKeys(m.GetLabels()))
 		m.SetAnnotations(ownKeys(m.GetAnnotations()))
@@ -439,6 +444,7 @@ func stripStorage(obj any) (any, error) {
 	}
 	switch o := obj.(type) {
 	case *corev1.PersistentVolumeClaim:
+		keepStateLabel(o, stateOwner)
 		o.Spec.VolumeName = ""
 		o.Spec.Selector = nil
 		o.Spec.DataSource = nil
@@ -465,6 +471,19 @@ func stripStorage(obj any) (any, error) {
 		}
 	}
 	return stripMeta(obj)
+}
+
+// keepStateLabel puts back KubeVirt's label naming the VM whose EFI/TPM
+// state pvc holds (translate.StateClaimOwner): listings show the claim as
+// that VM's volumes.
+func keepStateLabel(pvc *corev1.PersistentVolumeClaim, vm string) {
+	if vm == "" {
+		return
+	}
+	if pvc.Labels == nil {
+		pvc.Labels = map[string]string{}
+	}
+	pvc.Labels[translate.StateClaimLabel] = vm
 }
 
 // keepOwn is ownKeys for a map the cluster sets: nil stays nil, and a map

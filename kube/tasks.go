@@ -54,7 +54,8 @@ const (
 	// start request to act on (see Cluster.StopAfterStart). No instance
 	// means stopped only once the start request is gone or has failed.
 	GoalStoppedAfterStart Goal = "stopped-after-start"
-	// GoalProvisioned: the VM's volumes are ready (no longer Provisioning).
+	// GoalProvisioned: the VM's volumes are ready (no longer Provisioning);
+	// Object names a clone's state copy to wait for too (CloneState).
 	GoalProvisioned Goal = "provisioned"
 	// GoalSnapshotReady, GoalSnapshotGone and GoalRestored are about the
 	// snapshot or restore named by TaskSpec.Object.
@@ -720,11 +721,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vm.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusPvcNotFound {
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		}
-		if msg := ts.c.stateCopyFailure(vm); msg != "" {
+		if msg := ts.c.stateCopyFailure(vm, t.object); msg != "" {
 			// CDI will not finish the copy of the EFI/TPM state by itself.
 			return true, "copying the EFI/TPM state failed: " + msg, nil
 		}
-		if msg := ts.c.invalidClaim(vm); msg != "" {
+		if msg := ts.c.invalidClaim(vm, t.object); msg != "" {
 			// CDI retries forever; the storage's admin must act.
 			return true, "volume provisioning failed: " + msg +
 				" (CDI cannot pick the access and volume mode of its claim: set them in the storage class's StorageProfile, spec.claimPropertySets)", nil
@@ -739,7 +740,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		// KubeVirt's DataVolumeError need not be final (importRetrying):
 		// the task fails on what CDI gives up on, and meanwhile says what
 		// CDI retries.
-		failed, retrying := ts.c.dataVolumeTrouble(vm)
+		failed, retrying := ts.c.dataVolumeTrouble(vm, t.object)
 		switch {
 		case failed != "":
 			return true, "volume provisioning failed: " + failed, nil
@@ -754,7 +755,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		default:
 			// KubeVirt may report Stopped before it has looked at the
 			// volumes.
-			if ts.c.volumesProvisioned(vm) {
+			if ts.c.volumesProvisioned(vm, t.object) {
 				return true, translate.ExitOK, nil
 			}
 		}

@@ -17,8 +17,8 @@ import (
 // StateClaim returns the claim in which KubeVirt keeps the persistent EFI
 // and TPM state of the VM ns/name, as KubeVirt picks it (backend-storage
 // PVCForVMI: the labelled claim, else the legacy name), or nil: a VM
-// never started has none yet. It asks the apiserver as the plugin, since
-// the cache strips labels the plugin does not set.
+// never started has none yet. It asks the apiserver as the plugin, for
+// the claims as they are now (one KubeVirt has just labelled included).
 func (c *Cluster) StateClaim(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
 	list, err := c.own.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -40,13 +40,15 @@ func (c *Cluster) StateClaim(ctx context.Context, ns, name string) (*corev1.Pers
 	return legacy, nil
 }
 
-// CloneState starts the copy of a clone's persistent EFI/TPM state (the
-// source claim its AnnotationStateFrom names): a DataVolume owned by the
-// clone, named and labelled as KubeVirt's backend storage adopts it (CDI
-// gives the claim the DataVolume's labels), created as the caller. A VM
-// without the annotation has nothing to copy.
+// CloneState starts the copy of src, the persistent EFI/TPM state claim
+// of a clone's source, into the clone vm: a DataVolume owned by the clone,
+// named and labelled as KubeVirt's backend storage adopts it (CDI gives
+// the claim the DataVolume's labels), created as the caller. Without src
+// (a source never started) there is nothing to copy. The clone task
+// waits for it by name (TaskSpec.Object, StateClaimName): the VM carries
+// no marker of it.
 func (c *Cluster) CloneState(ctx context.Context, vm *kubevirtv1.VirtualMachine, src *corev1.PersistentVolumeClaim) (*cdiv1.DataVolume, error) {
-	if vm.Annotations[translate.AnnotationStateFrom] == "" {
+	if src == nil {
 		return nil, nil
 	}
 	cdi := c.as(ctx).cdi
@@ -95,17 +97,17 @@ func StateDataVolume(vm *kubevirtv1.VirtualMachine, src *corev1.PersistentVolume
 	}
 }
 
-// stateProvisioned tells whether the state copy of a clone (see
-// CloneState) is done: its claim is there and its DataVolume settled.
-func (c *Cluster) stateProvisioned(vm *kubevirtv1.VirtualMachine) bool {
-	if vm.Annotations[translate.AnnotationStateFrom] == "" {
+// stateProvisioned tells whether the state copy of a clone in ns (see
+// CloneState), the DataVolume state, is done: its claim is there and the
+// DataVolume settled. No state ("") has nothing to wait for.
+func (c *Cluster) stateProvisioned(ns, state string) bool {
+	if state == "" {
 		return true
 	}
-	name := translate.StateClaimName(vm.Name)
-	if c.CachedPVC(vm.Namespace, name) == nil {
+	if c.CachedPVC(ns, state) == nil {
 		return false
 	}
-	dv := c.DataVolume(vm.Namespace, name)
+	dv := c.DataVolume(ns, state)
 	return dv == nil || dataVolumeSettled(dv)
 }
 
@@ -121,16 +123,17 @@ const (
 )
 
 // stateCopyFailure returns why the state copy of the clone vm (see
-// CloneState) can no longer finish, or "": its DataVolume Failed, or CDI
+// CloneState), the DataVolume state ("" for none), can no longer finish,
+// or "": it Failed, or CDI
 // found no source claim or refused the clone, with CDI's message. An
 // importer or cloner that stopped on an error (Running False, reason
 // Error) is not final: CDI retries it. A DataVolume of an earlier VM of
 // the same name (another owner) is not this clone's.
-func (c *Cluster) stateCopyFailure(vm *kubevirtv1.VirtualMachine) string {
-	if vm.Annotations[translate.AnnotationStateFrom] == "" {
+func (c *Cluster) stateCopyFailure(vm *kubevirtv1.VirtualMachine, state string) string {
+	if state == "" {
 		return ""
 	}
-	dv := c.DataVolume(vm.Namespace, translate.StateClaimName(vm.Name))
+	dv := c.DataVolume(vm.Namespace, state)
 	if dv == nil || !ownedBy(dv.OwnerReferences, vm.UID) {
 		return ""
 	}
@@ -177,9 +180,4 @@ func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
 		}
 	}
 	return false
-}
-
-// StateFrom is the AnnotationStateFrom value naming claim.
-func StateFrom(claim *corev1.PersistentVolumeClaim) string {
-	return claim.Namespace + "/" + claim.Name
 }

@@ -65,13 +65,13 @@ func TestCloneState(t *testing.T) {
 
 	src, _ := c.StateClaim(ctx, "default", "win-11")
 	made := mustGuest(t, c, 101).VM.DeepCopy()
-	made.ObjectMeta = metav1.ObjectMeta{Name: "copy", Namespace: "default", UID: "copy-uid",
-		Annotations: map[string]string{translate.AnnotationStateFrom: StateFrom(src)}}
-	if dv, err := c.CloneState(ctx, &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}}, src); dv != nil || err != nil {
-		t.Fatalf("CloneState without the annotation = %v, %v; want nothing", dv, err)
+	made.ObjectMeta = metav1.ObjectMeta{Name: "copy", Namespace: "default", UID: "copy-uid"}
+	const state = "persistent-state-for-copy" // the clone task's Object
+	if dv, err := c.CloneState(ctx, &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}}, nil); dv != nil || err != nil {
+		t.Fatalf("CloneState without a source claim = %v, %v; want nothing", dv, err)
 	}
-	if !c.stateProvisioned(&kubevirtv1.VirtualMachine{}) {
-		t.Fatal("a VM without state to copy waits for it")
+	if !c.stateProvisioned("default", "") {
+		t.Fatal("a clone without state to copy waits for it")
 	}
 	if _, err := c.CloneState(ctx, made, src); err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestCloneState(t *testing.T) {
 		t.Errorf("owners %+v: want the clone, not as controller", refs)
 	}
 
-	if c.volumesProvisioned(made) {
+	if c.volumesProvisioned(made, state) {
 		t.Fatal("provisioned before the state copy has its claim")
 	}
 	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, stateClaim("default", "persistent-state-for-copy", "copy", "1Gi", false), metav1.CreateOptions{}); err != nil {
@@ -109,11 +109,11 @@ func TestCloneState(t *testing.T) {
 		cached := c.DataVolume("default", dv.Name)
 		return c.CachedPVC("default", "persistent-state-for-copy") != nil && cached != nil && cached.Status.Phase == cdiv1.CloneInProgress, "not yet"
 	})
-	if c.volumesProvisioned(made) {
+	if c.volumesProvisioned(made, state) {
 		t.Fatal("provisioned while the state copy runs")
 	}
 	// The clone task ends with CDI's reason instead of waiting for ever.
-	if msg := c.invalidClaim(made); msg != "DataVolume persistent-state-for-copy: no accessMode" {
+	if msg := c.invalidClaim(made, state); msg != "DataVolume persistent-state-for-copy: no accessMode" {
 		t.Errorf("invalidClaim = %q", msg)
 	}
 	dv.Status.Conditions = nil
@@ -122,7 +122,7 @@ func TestCloneState(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the state copy to count as provisioned", func() (bool, string) {
-		return c.volumesProvisioned(made), "not provisioned"
+		return c.volumesProvisioned(made, state), "not provisioned"
 	})
 }
 
@@ -166,12 +166,7 @@ func TestStateCopyFailureEndsClone(t *testing.T) {
 	c := poolCluster(t, Options{AssumeKubeVirtAPIs: true})
 	ctx := context.Background()
 	c.Tasks.Interval = 20 * time.Millisecond
-	clone := mustGuest(t, c, 100)
-	vm := clone.VM.DeepCopy()
-	vm.Annotations[translate.AnnotationStateFrom] = "default/persistent-state-for-win-11-x7k2p"
-	if _, err := c.own.kv.KubevirtV1().VirtualMachines("default").Update(ctx, vm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	vm := mustGuest(t, c, 100).VM
 	dv := StateDataVolume(vm, stateClaim("default", "persistent-state-for-win-11-x7k2p", "win-11", "1Gi", false))
 	dv.Status.Conditions = []cdiv1.DataVolumeCondition{cond(cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiCloneWithoutSource,
 		"The source pvc persistent-state-for-win-11-x7k2p doesn't exist")}
@@ -192,11 +187,10 @@ func TestStateCopyFailureEndsClone(t *testing.T) {
 	}
 	create(stale)
 	eventually(t, "the cache to see the state copy", func() (bool, string) {
-		g := mustGuest(t, c, 100)
 		cached := c.DataVolume("default", dv.Name)
-		return cached != nil && len(cached.Status.Conditions) > 0 && g.VM.Annotations[translate.AnnotationStateFrom] != "", "not yet"
+		return cached != nil && len(cached.Status.Conditions) > 0, "not yet"
 	})
-	if msg := c.stateCopyFailure(mustGuest(t, c, 100).VM); msg != "" {
+	if msg := c.stateCopyFailure(mustGuest(t, c, 100).VM, dv.Name); msg != "" {
 		t.Fatalf("an earlier VM's state copy fails the clone: %q", msg)
 	}
 	if err := c.own.cdi.CdiV1beta1().DataVolumes("default").Delete(ctx, dv.Name, metav1.DeleteOptions{}); err != nil {
@@ -204,15 +198,51 @@ func TestStateCopyFailureEndsClone(t *testing.T) {
 	}
 	create(dv)
 	eventually(t, "the clone's state copy to fail", func() (bool, string) {
-		msg := c.stateCopyFailure(mustGuest(t, c, 100).VM)
+		msg := c.stateCopyFailure(mustGuest(t, c, 100).VM, dv.Name)
 		return msg != "", "none"
 	})
-	task, err := c.Tasks.Begin(ctx, specFor(mustGuest(t, c, 100), GoalProvisioned, translate.TaskClone))
+	spec := specFor(mustGuest(t, c, 100), GoalProvisioned, translate.TaskClone)
+	spec.Object = dv.Name
+	task, err := c.Tasks.Begin(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	end := waitTaskEnd(t, c, task.UPID.String())
 	if want := "copying the EFI/TPM state failed: DataVolume persistent-state-for-debian-12: The source pvc persistent-state-for-win-11-x7k2p doesn't exist (CloneWithoutSource)"; end.ExitStatus != want {
 		t.Fatalf("exit %q, want %q", end.ExitStatus, want)
+	}
+}
+
+// TestCloneTaskWaitsForState: the clone task names the state copy it
+// waits for (its Object), so that the clone carries no marker of it: the
+// task runs until the copy's claim is there, then ends OK.
+func TestCloneTaskWaitsForState(t *testing.T) {
+	c := poolCluster(t, Options{AssumeKubeVirtAPIs: true})
+	ctx := context.Background()
+	g := mustGuest(t, c, 101)
+	vm := g.VM.DeepCopy()
+	vm.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusStopped
+	if _, err := c.own.kv.KubevirtV1().VirtualMachines(vm.Namespace).UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	spec := specFor(g, GoalProvisioned, translate.TaskClone)
+	spec.Object = translate.StateClaimName(g.Name())
+	task, err := c.Tasks.Begin(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := c.Tasks.Begin(ctx, specFor(g, GoalProvisioned, translate.TaskCreate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTaskEnd(t, c, plain.UPID.String())
+	if got, _ := c.Tasks.Get(ctx, task.UPID.String()); !got.Running() {
+		t.Fatalf("the clone task ended before its state copy had a claim: %q", got.ExitStatus)
+	}
+	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims(g.Namespace()).Create(ctx, stateClaim(g.Namespace(), spec.Object, g.Name(), "1Gi", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if end := waitTaskEnd(t, c, task.UPID.String()); end.ExitStatus != translate.ExitOK {
+		t.Fatalf("clone task: %q", end.ExitStatus)
 	}
 }

@@ -18,6 +18,10 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
+// pvcStorageIndex indexes the claims holding VM disks by StorageClass (a
+// PVE storage). Claims holding files are left out: they belong to the
+// directory storage whatever their class (FileClaims, pvcFileIndex), so a
+// storage's disks cost no walk over its files.
 const pvcStorageIndex = "storageclass"
 
 // pvcVMIDIndex indexes claims named as a VM's disks by that VM's id
@@ -60,26 +64,21 @@ func pvcStorageIndexFunc(obj any) ([]string, error) {
 	if !ok || pvc.Spec.StorageClassName == nil {
 		return nil, nil
 	}
+	if _, _, file := translate.FileOf(pvc.Annotations); file {
+		return nil, nil
+	}
 	return []string{*pvc.Spec.StorageClassName}, nil
 }
 
-// ClaimsOf lists the cached claims of a StorageClass (a PVE storage), by
-// namespace and name.
-func (c *Cluster) ClaimsOf(storageClass string) []*corev1.PersistentVolumeClaim {
-	return sortedClaims(c.pvcs.byIndex(pvcStorageIndex, storageClass))
-}
-
-func sortedClaims(objs []any) []*corev1.PersistentVolumeClaim {
+// DiskClaims lists the cached claims of a StorageClass (a PVE storage)
+// that hold VM disks, not files, by namespace and name.
+func (c *Cluster) DiskClaims(storageClass string) []*corev1.PersistentVolumeClaim {
+	objs := c.pvcs.byIndex(pvcStorageIndex, storageClass)
 	out := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
 	for _, o := range objs {
 		out = append(out, o.(*corev1.PersistentVolumeClaim))
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
+	sortClaims(out)
 	return out
 }
 
@@ -99,14 +98,14 @@ func (c *Cluster) StorageClassExpands(name string) bool {
 }
 
 // volumesProvisioned tells whether every DataVolume template of vm (and
-// a clone's state copy, see CloneState) has its claim and has done what
+// state, a clone's state copy, see CloneState; "" for none) has its claim and has done what
 // it does before the VM first runs (dataVolumeSettled). Neither
 // KubeVirt's printable status nor the claims say it alone: right after
 // the VM is made, virt-controller can call it Stopped before its
 // DataVolumes are in its cache, and CDI makes a volume populator's claim
 // before filling it.
-func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
-	if !c.stateProvisioned(vm) {
+func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine, state string) bool {
+	if !c.stateProvisioned(vm.Namespace, state) {
 		return false
 	}
 	for _, t := range vm.Spec.DataVolumeTemplates {
@@ -128,10 +127,10 @@ func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine) bool {
 const cdiErrClaimNotValid = "ErrClaimNotValid"
 
 // invalidClaim returns why CDI cannot make the claim of a DataVolume
-// template of vm, or of a clone's state copy ("DataVolume name: CDI's
-// message"), or "".
-func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine) string {
-	for _, name := range provisionedDataVolumes(vm) {
+// template of vm, or of state, a clone's state copy ("" for none)
+// ("DataVolume name: CDI's message"), or "".
+func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine, state string) string {
+	for _, name := range provisionedDataVolumes(vm, state) {
 		dv := c.DataVolume(vm.Namespace, name)
 		if dv == nil {
 			continue
@@ -147,8 +146,9 @@ func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine) string {
 
 // provisionedDataVolumes names the DataVolumes vm waits for before it
 // first runs: its templates, the DataVolumes its volumes name (those
-// KubeVirt judges for DataVolumeError), and a clone's state copy.
-func provisionedDataVolumes(vm *kubevirtv1.VirtualMachine) []string {
+// KubeVirt judges for DataVolumeError), and state, a clone's state copy
+// ("" for none).
+func provisionedDataVolumes(vm *kubevirtv1.VirtualMachine, state string) []string {
 	names := make([]string, 0, len(vm.Spec.DataVolumeTemplates)+1)
 	for _, t := range vm.Spec.DataVolumeTemplates {
 		names = append(names, t.Name)
@@ -160,17 +160,18 @@ func provisionedDataVolumes(vm *kubevirtv1.VirtualMachine) []string {
 			}
 		}
 	}
-	if vm.Annotations[translate.AnnotationStateFrom] != "" {
-		names = append(names, translate.StateClaimName(vm.Name))
+	if state != "" {
+		names = append(names, state)
 	}
 	return names
 }
 
-// dataVolumeTrouble tells why a DataVolume vm waits for failed for good
+// dataVolumeTrouble tells why a DataVolume vm waits for (see
+// provisionedDataVolumes) failed for good
 // (importFailure), or else what error CDI is retrying on one
 // (importRetrying), each as "DataVolume name: CDI's message", or "".
-func (c *Cluster) dataVolumeTrouble(vm *kubevirtv1.VirtualMachine) (failed, retrying string) {
-	for _, name := range provisionedDataVolumes(vm) {
+func (c *Cluster) dataVolumeTrouble(vm *kubevirtv1.VirtualMachine, state string) (failed, retrying string) {
+	for _, name := range provisionedDataVolumes(vm, state) {
 		dv := c.DataVolume(vm.Namespace, name)
 		if dv == nil {
 			continue

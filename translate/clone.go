@@ -261,6 +261,23 @@ func cloneDiskKeys(cfg, renamed map[string]string, req CloneRequest) {
 		switch {
 		case strings.HasPrefix(k, "unused"):
 			delete(cfg, k)
+		case k == "efidisk0" || k == "tpmstate0":
+			// The clone's EFI/TPM state is its own copy (its state claim),
+			// named for its vmid as PVE's clone names the copied volumes.
+			d, err := parseDrive(v)
+			if err != nil {
+				continue
+			}
+			st, _, _ := strings.Cut(d.file, ":")
+			if req.Storage != "" {
+				st = req.Storage
+			}
+			vol := EFIVolume(req.NewID)
+			if k == "tpmstate0" {
+				vol = TPMVolume(req.NewID)
+			}
+			d.file = st + ":" + vol
+			cfg[k] = d.String()
 		case diskKeyRE.MatchString(k):
 			d, err := parseDrive(v)
 			if err != nil {

@@ -103,3 +103,26 @@ func TestCloneDefaultName(t *testing.T) {
 		t.Errorf("clone of an adopted VM: %v", ConfigView(clone, nil)["name"])
 	}
 }
+
+// TestCloneStateVolumes: the clone's efidisk0 and tpmstate0 name its own
+// state volumes (its vmid; the storage asked for, as for its disks), not
+// the source's, with their options kept.
+func TestCloneStateVolumes(t *testing.T) {
+	src := buildOK(t, map[string]string{"name": "golden", "bios": "ovmf",
+		"efidisk0": "local-lvm:1,efitype=4m,pre-enrolled-keys=1", "tpmstate0": "local-lvm:1,version=v2.0"})
+	for _, tc := range []struct {
+		storage, efi, tpm string
+	}{
+		{"", "local-lvm:vm-101-efidisk,efitype=4m,pre-enrolled-keys=1,size=4M", "local-lvm:vm-101-tpmstate,version=v2.0,size=4M"},
+		{"ceph-rbd", "ceph-rbd:vm-101-efidisk,efitype=4m,pre-enrolled-keys=1,size=4M", "ceph-rbd:vm-101-tpmstate,version=v2.0,size=4M"},
+	} {
+		clone, errs := CloneVM(src, CloneRequest{NewID: 101, Node: "pve1", Namespace: "default", Storage: tc.storage})
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		got := ConfigView(clone, nil)
+		if got["efidisk0"] != tc.efi || got["tpmstate0"] != tc.tpm {
+			t.Errorf("storage %q: efidisk0 %v, tpmstate0 %v; want %s, %s", tc.storage, got["efidisk0"], got["tpmstate0"], tc.efi, tc.tpm)
+		}
+	}
+}

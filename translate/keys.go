@@ -48,8 +48,3 @@ const (
 	AnnotationSnapName    = "pve.caddy-proxmox.io/snapname"
 	AnnotationDescription = "pve.caddy-proxmox.io/description"
 )
-
-// AnnotationStateFrom is set on a clone whose source has persistent EFI or
-// TPM state: "<namespace>/<claim>", the source's state claim, which the
-// clone's state DataVolume copies (see StateClaimName).
-const AnnotationStateFrom = "pve.caddy-proxmox.io/state-from"

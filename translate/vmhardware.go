@@ -285,7 +285,7 @@ func efiDisk(v string, vmid int) (shown string, secureBoot bool, err error) {
 		dr.opts["pre-enrolled-keys"] = boolDigit(*keys)
 	}
 	storage := strings.SplitN(dr.file, ":", 2)[0]
-	dr.file = storage + ":" + fmt.Sprintf("vm-%d-efidisk", vmid)
+	dr.file = storage + ":" + EFIVolume(vmid)
 	dr.set("size", "4M")
 	return dr.String(), keys != nil && *keys, nil
 }
@@ -317,7 +317,7 @@ func tpmState(v string, vmid int) (string, error) {
 		return "", err
 	}
 	storage := strings.SplitN(dr.file, ":", 2)[0]
-	dr.file = storage + ":" + fmt.Sprintf("vm-%d-tpmstate", vmid)
+	dr.file = storage + ":" + TPMVolume(vmid)
 	if dr.opts["version"] == "" {
 		dr.set("version", "v2.0")
 	}

@@ -67,7 +67,7 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	if len(errs) > 0 {
 		return nil, paramError(errs)
 	}
-	state, e := h.stateToClone(q, g, vm)
+	state, e := h.stateToClone(q, g)
 	if e != nil {
 		return nil, e
 	}
@@ -93,8 +93,12 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	}
 	spec := h.taskSpec(q, g, translate.TaskClone, kube.GoalProvisioned, 30*time.Minute,
 		fmt.Sprintf("clone VM %d (%s/%s) to %d (%s/%s)", g.VMID, g.Namespace(), g.Name(), newID, created.Namespace, created.Name))
-	// The task is about the new VM, its id the source's.
+	// The task is about the new VM, its id the source's; it waits for the
+	// state copy too, which it names (the VM carries no marker of it).
 	spec.Namespace, spec.Name, spec.UID, spec.PrevVMI = created.Namespace, created.Name, created.UID, ""
+	if state != nil {
+		spec.Object = translate.StateClaimName(created.Name)
+	}
 	return h.beginSpec(q, spec)
 }
 
@@ -120,9 +124,9 @@ func clonesClaim(vm *kubevirtv1.VirtualMachine) string {
 }
 
 // stateToClone finds the claim holding the source's persistent EFI/TPM
-// state (PVE's efidisk0 and tpmstate0, which its clone copies) and marks
-// the clone to copy it; nil when the source has none (never started).
-func (h *APIHandler) stateToClone(q *request, g kube.Guest, clone *kubevirtv1.VirtualMachine) (*corev1.PersistentVolumeClaim, *apiError) {
+// state (PVE's efidisk0 and tpmstate0, which its clone copies); nil when
+// the source has none (never started).
+func (h *APIHandler) stateToClone(q *request, g kube.Guest) (*corev1.PersistentVolumeClaim, *apiError) {
 	if g.VM.Spec.Template == nil || !translate.HasPersistentState(&g.VM.Spec.Template.Spec) {
 		return nil, nil
 	}
@@ -139,6 +143,5 @@ func (h *APIHandler) stateToClone(q *request, g kube.Guest, clone *kubevirtv1.Vi
 		return nil, newError(http.StatusInternalServerError,
 			"can't clone VM %d while it is running: KubeVirt's CDI copies its EFI/TPM state claim %s only while no running guest uses it (CloneSourceInUse) - shut the VM down first", g.VMID, claim.Name)
 	}
-	clone.Annotations[translate.AnnotationStateFrom] = kube.StateFrom(claim)
 	return claim, nil
 }

@@ -4,7 +4,6 @@ import (
 	"sort"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -68,23 +67,11 @@ func (h *APIHandler) storageRowsWhere(q *request, keep func(name string) bool) [
 		}
 		typ, shared := storageType(sc)
 		row := storageRow{Storage: sc.Name, Type: typ, Content: "images,rootdir", Active: 1, Enabled: 1, Shared: shared}
-		row.Used = claimsUsed(diskClaims(q.c.ClaimsOf(sc.Name)))
+		row.Used = claimsUsed(q.c.DiskClaims(sc.Name))
 		row.fill()
 		out = append(out, row)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Storage < out[j].Storage })
-	return out
-}
-
-// diskClaims leaves out the claims holding files: they belong to the
-// directory storage whatever StorageClass they are on.
-func diskClaims(claims []*corev1.PersistentVolumeClaim) []*corev1.PersistentVolumeClaim {
-	out := claims[:0:0]
-	for _, pvc := range claims {
-		if _, _, file := translate.FileOf(pvc.Annotations); !file {
-			out = append(out, pvc)
-		}
-	}
 	return out
 }
 

@@ -48,32 +48,67 @@ func volume(s string, pvc *corev1.PersistentVolumeClaim) contentRow {
 	return row
 }
 
-// templateVMs are the VMs that are templates, by namespace and vmid: their
-// disks show PVE's base- names (translate.BaseVolume).
-func templateVMs(q *request) map[string]bool {
-	out := map[string]bool{}
+// listedVMs is what a storage listing needs of the VMs, by namespace: the
+// templates by vmid (their disks show PVE's base- names,
+// translate.BaseVolume), and the VMs that keep EFI/TPM state by name
+// (their state claim shows as their efidisk0 and tpmstate0 volumes).
+type listedVMs struct {
+	templates map[string]bool
+	state     map[string]stateOwner
+}
+
+// stateOwner is a VM keeping EFI/TPM state: its vmid and the volumes its
+// config names for it (translate.StateVolumes).
+type stateOwner struct {
+	vmid    int
+	volumes []string
+}
+
+func listingVMs(q *request) listedVMs {
+	out := listedVMs{templates: map[string]bool{}, state: map[string]stateOwner{}}
 	for _, g := range q.c.Guests() {
 		if g.Template() {
-			out[g.Namespace()+"/"+strconv.Itoa(g.VMID)] = true
+			out.templates[g.Namespace()+"/"+strconv.Itoa(g.VMID)] = true
+		}
+		if g.VM != nil && g.VM.Spec.Template != nil {
+			if vols := translate.StateVolumes(g.VMID, &g.VM.Spec.Template.Spec); len(vols) > 0 {
+				out.state[g.Namespace()+"/"+g.Name()] = stateOwner{vmid: g.VMID, volumes: vols}
+			}
 		}
 	}
 	return out
 }
 
-// storageVolume is volume with a template's disks under their base- names.
-func storageVolume(s string, pvc *corev1.PersistentVolumeClaim, templates map[string]bool) contentRow {
+// stateVolumeSize is what efidisk0 and tpmstate0 show (size=4M), whatever
+// KubeVirt's claim holding both takes.
+const stateVolumeSize = 4 << 20
+
+// storageVolumes lists the volumes of storage s a claim holds: a file, a
+// disk (a template's under its base- name), or the EFI/TPM state of a VM,
+// as that VM's efidisk0 and tpmstate0 volumes (as PVE lists them, owned
+// by the vmid).
+func storageVolumes(s string, pvc *corev1.PersistentVolumeClaim, vms listedVMs) []contentRow {
 	row := volume(s, pvc)
-	if row.VMID != 0 && templates[pvc.Namespace+"/"+strconv.Itoa(row.VMID)] {
+	if o, ok := vms.state[pvc.Namespace+"/"+translate.StateClaimOwner(pvc.Name, pvc.Labels)]; ok && row.VMID == 0 && row.Content == "images" {
+		rows := make([]contentRow, 0, len(o.volumes))
+		for _, v := range o.volumes {
+			r := row
+			r.VolID, r.VMID, r.Size, r.Used = s+":"+v, o.vmid, stateVolumeSize, stateVolumeSize
+			rows = append(rows, r)
+		}
+		return rows
+	}
+	if row.VMID != 0 && vms.templates[pvc.Namespace+"/"+strconv.Itoa(row.VMID)] {
 		row.VolID = s + ":" + translate.BaseVolume(pvc.Name)
 	}
-	return row
+	return []contentRow{row}
 }
 
 // storageClaims lists the claims whose volumes storage s holds: for the
 // directory storage its files (and the disks of a StorageClass of its
 // name), for a StorageClass its claims but the files.
 func (h *APIHandler) storageClaims(q *request, s string) []*corev1.PersistentVolumeClaim {
-	disks := diskClaims(q.c.ClaimsOf(s))
+	disks := q.c.DiskClaims(s)
 	if !h.isDirStorage(s) {
 		return disks
 	}
@@ -92,16 +127,17 @@ func (h *APIHandler) getStorageContent(q *request) (any, *apiError) {
 	content := q.p["content"]
 	vmid := q.p["vmid"]
 	out := []contentRow{}
-	templates := templateVMs(q)
+	vms := listingVMs(q)
 	for _, pvc := range h.storageClaims(q, s) {
 		if !listable(q.c, pvc) {
 			continue
 		}
-		row := storageVolume(s, pvc, templates)
-		if (content != "" && row.Content != content) || (vmid != "" && strconv.Itoa(row.VMID) != vmid) {
-			continue
+		for _, row := range storageVolumes(s, pvc, vms) {
+			if (content != "" && row.Content != content) || (vmid != "" && strconv.Itoa(row.VMID) != vmid) {
+				continue
+			}
+			out = append(out, row)
 		}
-		out = append(out, row)
 	}
 	return out, nil
 }
@@ -121,13 +157,15 @@ func (h *APIHandler) getStorageVolume(q *request) (any, *apiError) {
 	if !strings.HasPrefix(want, s+":") {
 		want = s + ":" + want
 	}
-	templates := templateVMs(q)
+	vms := listingVMs(q)
 	for _, pvc := range h.storageClaims(q, s) {
 		if !listable(q.c, pvc) {
 			continue
 		}
-		if row := storageVolume(s, pvc, templates); row.VolID == want {
-			return map[string]any{"path": row.Path, "format": row.Format, "size": row.Size, "used": row.Used}, nil
+		for _, row := range storageVolumes(s, pvc, vms) {
+			if row.VolID == want {
+				return map[string]any{"path": row.Path, "format": row.Format, "size": row.Size, "used": row.Used}, nil
+			}
 		}
 	}
 	return nil, newError(http.StatusInternalServerError, "volume '%s' does not exist", volid)

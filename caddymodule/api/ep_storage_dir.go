@@ -158,11 +158,7 @@ func (h *APIHandler) dirRow(q *request) storageRow {
 	}
 	if q.c.StorageClassExists(name) {
 		row.Content = dirContentImages
-		for _, pvc := range q.c.ClaimsOf(name) {
-			if _, _, file := translate.FileOf(pvc.Annotations); !file {
-				claims = append(claims, pvc)
-			}
-		}
+		claims = append(claims, q.c.DiskClaims(name)...)
 	}
 	row.Used = claimsUsed(claims)
 	row.fill()

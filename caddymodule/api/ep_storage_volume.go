@@ -101,6 +101,16 @@ func (h *APIHandler) fileVolumeOf(q *request) (volid, content, file string, e *a
 			return volid, content, file, nil
 		}
 	}
+	if id := translate.StateVolumeOwner(name); id != 0 || translate.StateClaimOwner(name, nil) != "" {
+		// KubeVirt keeps a VM's EFI variables and TPM state in one claim
+		// while the VM has efidisk0 or tpmstate0: deleting it here would
+		// take a running VM's state, which PVE refuses for a volume in use.
+		owner := "its VM"
+		if id != 0 {
+			owner = fmt.Sprintf("VM %d", id)
+		}
+		return "", "", "", newError(http.StatusInternalServerError, "volume '%s' is in use by %s: it holds the VM's EFI/TPM state (efidisk0, tpmstate0), which goes when they are removed from its config", volid, owner)
+	}
 	if diskClaimRE.MatchString(name) {
 		return "", "", "", newError(http.StatusInternalServerError, "deleting VM disk volume '%s' here is not supported: remove it from the VM's config (it stays as unusedN) and delete it there", volid)
 	}

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
-	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // TestAgentGuestOnlyInterfaces: a guest with interfaces of its own
@@ -24,29 +23,13 @@ import (
 // none. On the real control plane (the interfaces come from the node
 // stand-in, as virt-handler reports them).
 func TestAgentGuestOnlyInterfaces(t *testing.T) {
-	if *only != "" {
-		t.Skip("-case runs behavioural cases only")
-	}
 	ctx := context.Background()
-	b := startBackend(t, "real", "kubeconfig "+env.Kubeconfig)
-	r := &runner{b: b, timeout: taskTimeout}
-	var nodes []map[string]any
-	b.api.OK("GET", "/nodes", nil, &nodes)
-	first := fmt.Sprint(nodes[0]["node"])
-	t.Cleanup(func() {
-		_ = r.task("POST", r.vm("7140", "status/stop"), nil)
-		_ = r.task("DELETE", r.vm("7140", ""), form("purge", "1", "destroy-unreferenced-disks", "1"))
-	})
-	if o := r.task("POST", "/nodes/"+first+"/qemu", form("vmid", "7140", "name", "b-agent", "memory", "512", "agent", "1",
-		"scsi0", "local-lvm:2", "net0", "virtio,bridge=vmbr0")); !succeeded(o) {
-		t.Fatalf("create: %s", brief(o))
-	}
-
-	vms, err := env.KubeVirt.KubevirtV1().VirtualMachines("").List(ctx, metav1.ListOptions{LabelSelector: translate.LabelVMID + "=7140"})
-	if err != nil || len(vms.Items) != 1 {
-		t.Fatalf("VM 7140: %v %v", err, vms)
-	}
-	vm := vms.Items[0]
+	r := realOnly(t)
+	const id = "7140"
+	t.Cleanup(func() { destroy(id).do(r) })
+	must(t, r, "create", r.task("POST", "/nodes/"+firstNode+"/qemu", form("vmid", id, "name", "b-agent", "memory", "512", "agent", "1",
+		"scsi0", "local-lvm:2", "net0", "virtio,bridge=vmbr0")))
+	vm := vmObject(t, id)
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
 		"annotations": map[string]string{
 			// The node stand-in's guest runs an agent only when told so.
@@ -56,16 +39,14 @@ func TestAgentGuestOnlyInterfaces(t *testing.T) {
 	if _, err := env.KubeVirt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if o := r.task("POST", r.vm("7140", "status/start"), nil); !succeeded(o) {
-		t.Fatalf("start: %s", brief(o))
-	}
+	must(t, r, "start", r.task("POST", r.vm(id, "status/start"), nil))
 
 	var got struct {
 		Result []map[string]any `json:"result"`
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		ans, err := b.api.Send("GET", r.vm("7140", "agent/network-get-interfaces"), nil)
+		ans, err := r.b.api.Send("GET", r.vm(id, "agent/network-get-interfaces"), nil)
 		if err == nil && ans.Code == http.StatusOK {
 			if err := json.Unmarshal(ans.Data, &got); err != nil {
 				t.Fatal(err)

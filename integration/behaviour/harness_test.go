@@ -147,32 +147,36 @@ func (r *runner) call(method, path string, form url.Values) (testcaddy.Answer, m
 	return ans, o
 }
 
-// task sends a request that answers with a task, waits for the task and
-// observes its exit status.
-func (r *runner) task(method, path string, form url.Values) map[string]any {
+// begin sends a request that answers with a task and returns its UPID,
+// or "" when the answer is no task, with the observation of the answer.
+func (r *runner) begin(method, path string, form url.Values) (string, map[string]any) {
 	ans, o := r.call(method, path, form)
 	if ans.Code != http.StatusOK {
-		return o
+		return "", o
 	}
 	var upid string
 	if err := json.Unmarshal(ans.Data, &upid); err != nil || !strings.HasPrefix(upid, "UPID:") {
 		o["data"] = normalizeJSON(ans.Data)
-		return o
+		return "", o
 	}
-	o["exit"] = r.waitTask(upid)
+	return upid, o
+}
+
+// task sends a request that answers with a task, waits for the task and
+// observes its exit status.
+func (r *runner) task(method, path string, form url.Values) map[string]any {
+	upid, o := r.begin(method, path, form)
+	if upid != "" {
+		o["exit"] = r.waitTask(upid)
+	}
 	return o
 }
 
 // taskLogged is task, observing also the lines of the task's log that
 // contain one of match (what the task tells the user about it).
 func (r *runner) taskLogged(method, path string, form url.Values, match ...string) map[string]any {
-	ans, o := r.call(method, path, form)
-	if ans.Code != http.StatusOK {
-		return o
-	}
-	var upid string
-	if err := json.Unmarshal(ans.Data, &upid); err != nil || !strings.HasPrefix(upid, "UPID:") {
-		o["data"] = normalizeJSON(ans.Data)
+	upid, o := r.begin(method, path, form)
+	if upid == "" {
 		return o
 	}
 	o["exit"] = r.waitTask(upid)

@@ -15,7 +15,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/testenv"
-	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // TestAutomaticMigrationNoLock: with LiveMigrate among the KubeVirt CR's
@@ -26,45 +25,16 @@ import (
 // has ended. On the real control plane (KubeVirt's virt-controller and
 // its workload updater; the migration's node side is the stand-in's).
 func TestAutomaticMigrationNoLock(t *testing.T) {
-	if *only != "" {
-		t.Skip("-case runs behavioural cases only")
-	}
+	r := realOnly(t)
 	ctx := context.Background()
 	setWorkloadUpdateMethods(t, ctx, []string{"LiveMigrate"})
 	t.Cleanup(func() { setWorkloadUpdateMethods(t, ctx, nil) })
-
-	b := startBackend(t, "real", "kubeconfig "+env.Kubeconfig)
-	r := &runner{b: b, timeout: taskTimeout}
-	var nodes []map[string]any
-	b.api.OK("GET", "/nodes", nil, &nodes)
-	first := fmt.Sprint(nodes[0]["node"])
-	t.Cleanup(func() {
-		_ = r.task("POST", r.vm("7145", "status/stop"), nil)
-		_ = r.task("DELETE", r.vm("7145", ""), form("purge", "1", "destroy-unreferenced-disks", "1"))
-	})
-	for _, s := range []struct {
-		what, method, path string
-		form               map[string]string
-	}{
-		{"create", "POST", "/nodes/" + first + "/qemu", map[string]string{"vmid": "7145", "name": "b-automig", "memory": "1024",
-			"sockets": "1", "scsi0": "ceph-rbd:2", "net0": "virtio,bridge=vmbr0"}},
-		{"start", "POST", "", nil},
-	} {
-		path := s.path
-		if path == "" {
-			path = r.vm("7145", "status/start")
-		}
-		f := form()
-		for k, v := range s.form {
-			f.Set(k, v)
-		}
-		if o := r.task(s.method, path, f); !succeeded(o) {
-			t.Fatalf("%s: %s", s.what, brief(o))
-		}
-	}
-	if o := r.waitStatus("7145", "running", time.Minute); !succeeded(o) {
-		t.Fatalf("not running: %s", brief(o))
-	}
+	b := r.b
+	t.Cleanup(func() { destroy("7145").do(r) })
+	must(t, r, "create", r.task("POST", "/nodes/"+firstNode+"/qemu", form("vmid", "7145", "name", "b-automig", "memory", "1024",
+		"sockets", "1", "scsi0", "ceph-rbd:2", "net0", "virtio,bridge=vmbr0")))
+	must(t, r, "start", r.task("POST", r.vm("7145", "status/start"), nil))
+	must(t, r, "running", r.waitStatus("7145", "running", time.Minute))
 
 	// The config task ends once KubeVirt has taken the sockets into the
 	// instance; its workload updater then migrates it.
@@ -107,11 +77,7 @@ func TestAutomaticMigrationNoLock(t *testing.T) {
 		sort.Strings(seen)
 		t.Errorf("status/current showed lock %q during KubeVirt's own migration", seen)
 	}
-	vms, err := env.KubeVirt.KubevirtV1().VirtualMachines("").List(ctx, metav1.ListOptions{LabelSelector: translate.LabelVMID + "=7145"})
-	if err != nil || len(vms.Items) != 1 {
-		t.Fatalf("VM 7145: %v", err)
-	}
-	vm := vms.Items[0]
+	vm := vmObject(t, "7145")
 	migs, err := env.KubeVirt.KubevirtV1().VirtualMachineInstanceMigrations(vm.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/realcluster"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -21,9 +19,13 @@ import (
 // realOnly starts a backend on the real control plane alone, for what the
 // simulated cluster cannot be made to do from outside (a guest powering
 // itself off, a VM edited with kubectl), and returns a runner on it.
-// Directives are added to proxmox_api's.
+// Directives are added to proxmox_api's. With -case (behavioural cases
+// only) the test is skipped.
 func realOnly(t *testing.T, directives ...string) *runner {
 	t.Helper()
+	if *only != "" {
+		t.Skip("-case runs behavioural cases only")
+	}
 	b := startBackend(t, "real", strings.Join(append([]string{"kubeconfig " + env.Kubeconfig}, directives...), "\n\t\t"))
 	var nodes []map[string]any
 	b.api.OK("GET", "/nodes", nil, &nodes)
@@ -41,11 +43,7 @@ func realOnly(t *testing.T, directives ...string) *runner {
 // vmObject is the real cluster's VirtualMachine of vmid.
 func vmObject(t *testing.T, vmid string) *kubevirtv1.VirtualMachine {
 	t.Helper()
-	list, err := env.KubeVirt.KubevirtV1().VirtualMachines("").List(context.Background(), metav1.ListOptions{LabelSelector: translate.LabelVMID + "=" + vmid})
-	if err != nil || len(list.Items) != 1 {
-		t.Fatalf("VM %s: %v %v", vmid, err, list)
-	}
-	return &list.Items[0]
+	return env.VMByID(t, vmid)
 }
 
 // must fails the test unless the observation o is a success.
@@ -153,28 +151,7 @@ func TestRollbackSharedISO(t *testing.T) {
 	}
 
 	// A snapshot taken with kubectl holds the claim.
-	group := "kubevirt.io"
-	snap := &snapshotv1.VirtualMachineSnapshot{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-" + id, Namespace: vm.Namespace},
-		Spec:       snapshotv1.VirtualMachineSnapshotSpec{Source: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VirtualMachine", Name: vm.Name}},
-	}
-	if _, err := env.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(vm.Namespace).Create(ctx, snap, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(vm.Namespace).Delete(ctx, snap.Name, metav1.DeleteOptions{})
-	})
-	deadline = time.Now().Add(time.Minute)
-	for {
-		s, err := env.KubeVirt.SnapshotV1beta1().VirtualMachineSnapshots(vm.Namespace).Get(ctx, snap.Name, metav1.GetOptions{})
-		if err == nil && s.Status != nil && s.Status.Phase == snapshotv1.Succeeded && vmObject(t, id).Status.SnapshotInProgress == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kubectl snapshot: %v %+v", err, s.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	snap := env.KubectlSnapshot(t, vm, "kubectl-"+id)
 	o = r.task("POST", r.vm(id, "snapshot/"+snap.Name+"/rollback"), nil)
 	if msg, _ := o["message"].(string); o["code"] != 500 || !strings.HasPrefix(msg, "can't rollback, snapshot '"+snap.Name+"' holds the shared volume '"+claim+"' (ide2: VM "+other+" uses it)") {
 		t.Errorf("rollback to a snapshot holding the shared ISO: %s", brief(o))

@@ -2,6 +2,7 @@ package behaviour
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -39,8 +40,27 @@ func TestCloneCarriesEFIState(t *testing.T) {
 	must(t, r, "start", r.task("POST", r.vm(src, "status/start"), nil))
 	must(t, r, "running", r.waitStatus(src, "running", time.Minute))
 	vm := vmObject(t, src)
-	if got := stateClaims(t, vm.Namespace, vm.Name); len(got) != 1 {
-		t.Fatalf("KubeVirt made %d state claims for the running source, want 1", len(got))
+	made := stateClaims(t, vm.Namespace, vm.Name)
+	if len(made) != 1 {
+		t.Fatalf("KubeVirt made %d state claims for the running source, want 1", len(made))
+	}
+	// Its storage lists the claim as PVE lists the VM's efidisk0 and
+	// tpmstate0 volumes.
+	class := *made[0].Spec.StorageClassName
+	var rows []map[string]any
+	r.b.api.OK("GET", "/nodes/"+firstNode+"/storage/"+class+"/content", form("vmid", src), &rows)
+	var volids []string
+	for _, row := range rows {
+		volids = append(volids, fmt.Sprint(row["volid"]))
+	}
+	listed := " " + strings.Join(volids, " ") + " "
+	for _, want := range []string{class + ":vm-" + src + "-efidisk", class + ":vm-" + src + "-tpmstate"} {
+		if !strings.Contains(listed, " "+want+" ") {
+			t.Errorf("VM %s's volumes on %s: %s, want %s among them", src, class, listed, want)
+		}
+	}
+	if strings.Contains(listed, translate.StateClaimLabel) {
+		t.Errorf("VM %s's volumes on %s: %s, the state claim under its own name", src, class, listed)
 	}
 	o := r.task("POST", r.vm(src, "clone"), form("newid", dst, "name", "b-efi-clone", "full", "1"))
 	if o["code"] != 500 || !strings.Contains(brief(o), "EFI/TPM state claim") {
@@ -51,6 +71,13 @@ func TestCloneCarriesEFIState(t *testing.T) {
 	must(t, r, "clone", r.task("POST", r.vm(src, "clone"), form("newid", dst, "name", "b-efi-clone", "full", "1")))
 	t.Cleanup(func() { destroy(dst).do(r) })
 	clone := vmObject(t, dst)
+	for k := range clone.Annotations {
+		// The clone task named the copy it waited for; no marker of it
+		// stays on the user's VM.
+		if strings.HasPrefix(k, translate.KeyPrefix+"state") {
+			t.Errorf("the clone keeps the internal annotation %s=%s", k, clone.Annotations[k])
+		}
+	}
 	want := translate.StateClaimName(clone.Name)
 	got := stateClaims(t, clone.Namespace, clone.Name)
 	if len(got) != 1 || got[0].Name != want || got[0].Status.Phase != corev1.ClaimBound {
