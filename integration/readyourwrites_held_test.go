@@ -171,7 +171,7 @@ func TestReadYourWritesOverHeldEvent(t *testing.T) {
 	}
 	settled := func() bool {
 		for _, id := range []int{4811, 4812} {
-			if g, err := c.Guest(id); err != nil || g.VM.Status.PrintableStatus != "Stopped" {
+			if g, err := c.Guest(id); err != nil || g.VM().Status.PrintableStatus != "Stopped" {
 				return false
 			}
 		}
@@ -180,7 +180,7 @@ func TestReadYourWritesOverHeldEvent(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); !settled(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			g, err := c.Guest(4812)
-			t.Fatalf("the VMs did not settle: %v %+v", err, g.VM)
+			t.Fatalf("the VMs did not settle: %v %+v", err, g.VM())
 		}
 	}
 	g := guest(4811)
@@ -199,22 +199,22 @@ func TestReadYourWritesOverHeldEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.releaseThrough(`"name":"rw-sentinel"`)
-	for deadline := time.Now().Add(10 * time.Second); guest(4812).VM.Labels["sentinel"] != "1"; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); guest(4812).VM().Labels["sentinel"] != "1"; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the informer did not hear the released events")
 		}
 	}
 	// The other writer's event has been applied; our own has not.
-	if got := guest(4811).VM; got.Annotations[translate.AnnotationPool] != "ours" {
+	if got := guest(4811).VM(); got.Annotations[translate.AnnotationPool] != "ours" {
 		t.Fatalf("after the other writer's older event: pool %q (rv %s), want our write", got.Annotations[translate.AnnotationPool], got.ResourceVersion)
 	}
 	for _, row := range c.Guests() {
-		if row.VMID == 4811 && row.VM.Annotations[translate.AnnotationPool] != "ours" {
-			t.Fatalf("listed after the older event: pool %q", row.VM.Annotations[translate.AnnotationPool])
+		if row.VMID == 4811 && row.VM().Annotations[translate.AnnotationPool] != "ours" {
+			t.Fatalf("listed after the older event: pool %q", row.VM().Annotations[translate.AnnotationPool])
 		}
 	}
 	p.open()
-	for deadline := time.Now().Add(10 * time.Second); guest(4811).VM.Labels["another-writer"] != "1" || guest(4811).VM.Annotations[translate.AnnotationPool] != "ours"; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); guest(4811).VM().Labels["another-writer"] != "1" || guest(4811).VM().Annotations[translate.AnnotationPool] != "ours"; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the informer did not catch up")
 		}

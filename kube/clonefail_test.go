@@ -26,7 +26,7 @@ func TestFailedCloneRemovesItsVM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		vm := g.VM.DeepCopy()
+		vm := g.VM().DeepCopy()
 		vm.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusDataVolumeError
 		if _, err := e.kv.KubevirtV1().VirtualMachines(vm.Namespace).UpdateStatus(e.ctx, vm, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)

@@ -164,8 +164,8 @@ func (c *Cluster) Start(ctx context.Context) error {
 	// The vmid table depends only on which VMs exist and their vmid
 	// labels; status churn must not force a rebuild.
 	vmChanged := func(old, new any) {
-		o, _ := old.(*kubevirtv1.VirtualMachine)
-		n, _ := new.(*kubevirtv1.VirtualMachine)
+		o, _ := old.(*packedVM)
+		n, _ := new.(*packedVM)
 		if o == nil || n == nil || o.Labels[translate.LabelVMID] != n.Labels[translate.LabelVMID] {
 			c.vmidGen.Add(1)
 		}
@@ -192,20 +192,20 @@ func (c *Cluster) Start(ctx context.Context) error {
 	// what each caller may see is decided per object (access.go).
 	c.vms = newStore(runCtx, ns, &kubevirtv1.VirtualMachine{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.own.kv.KubevirtV1().VirtualMachines(ns).List(ctx, o)
+			return listJSON(ctx, c.own.kv.KubevirtV1().RESTClient(), "virtualmachines", ns, o, c.own.kv.KubevirtV1().VirtualMachines(ns).List)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, stripVM, vmChanged)
+	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, packingVMs(&specCodec{}), vmChanged)
 	c.vmis = newStore(runCtx, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List(ctx, o)
+			return listJSON(ctx, c.own.kv.KubevirtV1().RESTClient(), "virtualmachineinstances", ns, o, c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kv.KubevirtV1().VirtualMachineInstances(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripVMI, vmiChanged)
+	}, c.opts.Resync, nil, packingVMIs(&specCodec{}), vmiChanged)
 	c.nodes = newStore(runCtx, nil, &corev1.Node{}, listWatchFuncs{
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.own.kube.CoreV1().Nodes().List(ctx, o)
@@ -245,10 +245,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc, pvcVMIDIndex: pvcVMIDIndexFunc}, stripStorage, c.Tasks.touchBy(c.claimKeys))
-	c.optional = append(c.startSnapshotStores(runCtx), c.startCDIStore(runCtx)...)
-	if c.migrations = c.startMigrationStore(runCtx); c.migrations != nil {
-		c.optional = append(c.optional, c.migrations)
-	}
+	c.optional = c.startOptionalStores(ctx, runCtx)
 	stores := c.allStores()
 	for _, s := range stores {
 		s.run(runCtx)
@@ -264,13 +261,33 @@ func (c *Cluster) Start(ctx context.Context) error {
 			}
 		}
 	}
-	c.power.detect(ctx)
 	c.startMetrics(runCtx)
 	go func() {
 		defer close(c.done)
 		c.Tasks.run(runCtx)
 	}()
 	return nil
+}
+
+// startOptionalStores probes for the APIs a cluster may lack (snapshots,
+// CDI, migrations the plugin may list, virt-api's lifecycle subresources)
+// and returns the stores of those it has, not yet running. The probes are
+// round trips that hold up the start: they go out side by side. The
+// stores run only after, because the other stores' handlers read these
+// fields (claimKeys reads dataVolumes).
+func (c *Cluster) startOptionalStores(ctx, runCtx context.Context) []*store {
+	var snaps, cdi []*store
+	var wg sync.WaitGroup
+	wg.Go(func() { snaps = c.startSnapshotStores(runCtx) })
+	wg.Go(func() { cdi = c.startCDIStore(runCtx) })
+	wg.Go(func() { c.migrations = c.startMigrationStore(runCtx) })
+	wg.Go(func() { c.power.detect(ctx) })
+	wg.Wait()
+	out := append(snaps, cdi...)
+	if c.migrations != nil {
+		out = append(out, c.migrations)
+	}
+	return out
 }
 
 // Stop ends the informers and task workers (and a simulator).
@@ -386,8 +403,32 @@ func stripVM(obj any) (any, error) {
 	if vm, ok := obj.(*kubevirtv1.VirtualMachine); ok {
 		vm.Annotations = keepOwn(vm.Annotations)
 		vm.Finalizers = nil
+		if t := vm.Spec.Template; t != nil {
+			t.ObjectMeta.Labels = internStrings(t.ObjectMeta.Labels)
+			t.ObjectMeta.Annotations = internStrings(t.ObjectMeta.Annotations)
+			internRequirementsVMI(&t.Spec.Domain.Resources)
+		}
+		for i := range vm.Spec.DataVolumeTemplates {
+			internDataVolumeSpec(&vm.Spec.DataVolumeTemplates[i].Spec)
+		}
 	}
 	return stripMeta(obj)
+}
+
+// internRequirementsVMI shares the maps of a VM's or instance's resources.
+func internRequirementsVMI(r *kubevirtv1.ResourceRequirements) {
+	r.Requests = internQuantities(r.Requests)
+	r.Limits = internQuantities(r.Limits)
+}
+
+// internDataVolumeSpec shares the maps of a DataVolume's storage request.
+func internDataVolumeSpec(s *cdiv1.DataVolumeSpec) {
+	if s.Storage != nil {
+		internVolumeRequirements(&s.Storage.Resources)
+	}
+	if s.PVC != nil {
+		internVolumeRequirements(&s.PVC.Resources)
+	}
 }
 
 // stripVMI keeps of an instance what the API reads: its spec but for its
@@ -421,6 +462,13 @@ func stripVMI(obj any) (any, error) {
 			vmi.Status.Interfaces[i].InfoSource = ""
 			vmi.Status.Interfaces[i].PodInterfaceName = ""
 		}
+		internRequirementsVMI(&vmi.Spec.Domain.Resources)
+		// Of its metadata an instance's owner is read (is it the VM's)
+		// and one label of KubeVirt's (translate.AutomaticMigration); its
+		// annotations are alike on every instance (shared).
+		vmi.Labels = internStrings(instanceLabels(vmi.Labels))
+		vmi.Annotations = internStrings(vmi.Annotations)
+		vmi.Finalizers = nil
 	}
 	return stripMeta(obj)
 }
@@ -449,13 +497,8 @@ func stripStorage(obj any) (any, error) {
 		o.Spec.Selector = nil
 		o.Spec.DataSource = nil
 		o.Spec.DataSourceRef = nil
-		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase, Capacity: o.Status.Capacity}
-		// Usually what was asked is what there is: one map for both.
-		if q, ok := o.Status.Capacity[corev1.ResourceStorage]; ok && len(o.Status.Capacity) == 1 && len(o.Spec.Resources.Requests) == 1 {
-			if r, ok := o.Spec.Resources.Requests[corev1.ResourceStorage]; ok && r.Cmp(q) == 0 {
-				o.Status.Capacity = o.Spec.Resources.Requests
-			}
-		}
+		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase, Capacity: internQuantities(o.Status.Capacity)}
+		internVolumeRequirements(&o.Spec.Resources)
 	case *cdiv1.DataVolume:
 		// Of its spec the source is read (what a download or upload task
 		// reports; of an http source the URL, not its headers or secrets)
@@ -465,6 +508,7 @@ func stripStorage(obj any) (any, error) {
 			src.HTTP = &cdiv1.DataVolumeSourceHTTP{URL: src.HTTP.URL}
 		}
 		o.Spec = cdiv1.DataVolumeSpec{Source: src, Storage: o.Spec.Storage, PVC: o.Spec.PVC}
+		internDataVolumeSpec(&o.Spec)
 		o.Status.ClaimName = ""
 		for i := range o.Status.Conditions {
 			o.Status.Conditions[i].LastHeartbeatTime = metav1.Time{}
@@ -484,6 +528,16 @@ func keepStateLabel(pvc *corev1.PersistentVolumeClaim, vm string) {
 		pvc.Labels = map[string]string{}
 	}
 	pvc.Labels[translate.StateClaimLabel] = vm
+}
+
+// instanceLabels are the labels of an instance the API reads: KubeVirt's
+// outdated-launcher mark (its vmid and node labels repeat the VM's and
+// the status's).
+func instanceLabels(in map[string]string) map[string]string {
+	if v, ok := in[kubevirtv1.OutdatedLauncherImageLabel]; ok {
+		return map[string]string{kubevirtv1.OutdatedLauncherImageLabel: v}
+	}
+	return nil
 }
 
 // keepOwn is ownKeys for a map the cluster sets: nil stays nil, and a map

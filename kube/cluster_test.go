@@ -64,14 +64,14 @@ func TestClusterStartAndGuests(t *testing.T) {
 
 	g := mustGuest(t, c, 100)
 	if g.VMID != 100 || g.Namespace() != "default" || g.Name() != "debian-12" || g.Node != seedNode1 ||
-		string(g.VM.UID) != seedDebianUID || g.PVEName() != "debian-12" || g.Template() {
+		string(g.VM().UID) != seedDebianUID || g.PVEName() != "debian-12" || g.Template() {
 		t.Fatalf("Guest(100) = vmid %d %s/%s node %s uid %s name %s template %v",
-			g.VMID, g.Namespace(), g.Name(), g.Node, g.VM.UID, g.PVEName(), g.Template())
+			g.VMID, g.Namespace(), g.Name(), g.Node, g.VM().UID, g.PVEName(), g.Template())
 	}
 	// debian-12 runs Always: the controller starts it.
 	waitRunning(t, c, 100)
-	if g := mustGuest(t, c, 101); g.Name() != "win-11" || g.VMI != nil {
-		t.Fatalf("Guest(101) = %s with VMI %v, want win-11 without instance", g.Name(), g.VMI)
+	if g := mustGuest(t, c, 101); g.Name() != "win-11" || g.InstanceMeta() != nil {
+		t.Fatalf("Guest(101) = %s with VMI %v, want win-11 without instance", g.Name(), g.VMI())
 	}
 	legacy := mustGuest(t, c, fallback("lab", "legacy-app"))
 	if legacy.Name() != "legacy-app" || legacy.Node != homeNodeFor(seedLegacyUID, seedPVENodes) {
@@ -233,7 +233,7 @@ func running(vmid int) func(*Cluster, Guest) (bool, string) {
 func noInstance(vmid int) func(*Cluster, Guest) (bool, string) {
 	return func(c *Cluster, _ Guest) (bool, string) {
 		g, err := c.Guest(vmid)
-		return err == nil && g.VMI == nil, vmiState(c, vmid)
+		return err == nil && g.InstanceMeta() == nil, vmiState(c, vmid)
 	}
 }
 
@@ -241,7 +241,7 @@ func newInstance(vmid int) func(*Cluster, Guest) (bool, string) {
 	return func(c *Cluster, prev Guest) (bool, string) {
 		ok, state := vmiRunning(c, vmid)
 		g, _ := c.Guest(vmid)
-		return ok && prev.VMI != nil && g.VMI.UID != prev.VMI.UID, state
+		return ok && prev.VMI() != nil && g.VMI().UID != prev.VMI().UID, state
 	}
 }
 
@@ -249,7 +249,7 @@ func paused(vmid int, want bool) func(*Cluster, Guest) (bool, string) {
 	return func(c *Cluster, _ Guest) (bool, string) {
 		ok, state := vmiRunning(c, vmid)
 		g, _ := c.Guest(vmid)
-		return ok && translate.VMIPaused(g.VMI) == want, state
+		return ok && translate.VMIPaused(g.VMI()) == want, state
 	}
 }
 
@@ -285,12 +285,12 @@ func TestPowerVirtAPI(t *testing.T) {
 		{name: "unpause win-11", vmid: 101, do: func(ctx context.Context, c *Cluster, g Guest) error { return c.UnpauseVM(ctx, g) },
 			until: paused(101, false)},
 		{name: "reset win-11", vmid: 101, do: func(ctx context.Context, c *Cluster, g Guest) error {
-			resetVMI = string(g.VMI.UID)
+			resetVMI = string(g.VMI().UID)
 			return c.ResetVM(ctx, g)
 		}, until: func(c *Cluster, _ Guest) (bool, string) {
 			g, _ := c.Guest(101)
-			n := g.VMI.Annotations[kubevirtsim.AnnotationResets]
-			return n == "1" && string(g.VMI.UID) == resetVMI, "resets=" + n + " " + vmiState(c, 101)
+			n := g.VMI().Annotations[kubevirtsim.AnnotationResets]
+			return n == "1" && string(g.VMI().UID) == resetVMI, "resets=" + n + " " + vmiState(c, 101)
 		}},
 		{name: "restart win-11", vmid: 101, do: func(ctx context.Context, c *Cluster, g Guest) error { return c.RestartVM(ctx, g) },
 			until: newInstance(101)},
@@ -345,7 +345,7 @@ func TestPowerRunStrategyFallback(t *testing.T) {
 		{name: "restart of a halted VM starts it", vmid: 101, do: func(ctx context.Context, c *Cluster, g Guest) error { return c.RestartVM(ctx, g) },
 			spec: runStrategyIs(kubevirtv1.RunStrategyAlways), until: running(101)},
 		{name: "restart of a RerunOnFailure VM (legacy-app)", vmid: fallback("lab", "legacy-app"), do: func(ctx context.Context, c *Cluster, g Guest) error {
-			if g.VMI == nil {
+			if g.InstanceMeta() == nil {
 				return errors.New("legacy-app has no instance")
 			}
 			return c.RestartVM(ctx, g)
@@ -372,8 +372,8 @@ func TestSetRunStrategyRefusesRecreatedVM(t *testing.T) {
 	e := newEnv(t, envOptions{controller: true})
 	c := e.cluster(Options{}, false)
 	g := mustGuest(t, c, 101)
-	if g.VMI != nil || string(g.VM.UID) != seedWinUID {
-		t.Fatalf("win-11 %s has instance %v", g.VM.UID, g.VMI)
+	if g.VMI() != nil || string(g.VM().UID) != seedWinUID {
+		t.Fatalf("win-11 %s has instance %v", g.VM().UID, g.VMI())
 	}
 	fresh := e.recreate("default", "win-11")
 	for _, tc := range cases {
@@ -454,8 +454,8 @@ func TestCreateVMReadYourWrites(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Guest(%d) right after CreateVM: %v", tc.vmid, err)
 			}
-			if g.Name() != tc.name || g.VM.UID != out.UID {
-				t.Fatalf("Guest(%d) = %s/%s uid %s", tc.vmid, g.Namespace(), g.Name(), g.VM.UID)
+			if g.Name() != tc.name || g.VM().UID != out.UID {
+				t.Fatalf("Guest(%d) = %s/%s uid %s", tc.vmid, g.Namespace(), g.Name(), g.VM().UID)
 			}
 			if !c.VMIDTaken(tc.vmid) || !c.VMNameTaken("default", tc.name) {
 				t.Error("vmid or name not taken right after CreateVM")
@@ -498,7 +498,7 @@ func TestDeleteVM(t *testing.T) {
 	// The namesake, once seen, is deleted for real; so is a running VM.
 	eventually(t, "the namesake in the cache", func() (bool, string) {
 		g, err := c.Guest(101)
-		return err == nil && g.VM.UID == fresh.UID, errString(err)
+		return err == nil && g.VM().UID == fresh.UID, errString(err)
 	})
 	waitRunning(t, c, 100)
 	for _, vmid := range []int{101, 100} {

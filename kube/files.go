@@ -52,7 +52,7 @@ func (c *Cluster) startCDIStore(ctx context.Context) []*store {
 	cdi := c.own.cdi.CdiV1beta1()
 	c.dataVolumes = newStore(ctx, c.opts.Namespaces, &cdiv1.DataVolume{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-			return cdi.DataVolumes(ns).List(ctx, o)
+			return listJSON(ctx, cdi.RESTClient(), "datavolumes", ns, o, cdi.DataVolumes(ns).List)
 		},
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return cdi.DataVolumes(ns).Watch(ctx, o)
@@ -165,7 +165,7 @@ func (c *Cluster) DeleteFile(ctx context.Context, pvc *corev1.PersistentVolumeCl
 // FileUsers lists, in vmid order, the VMs of the claim's namespace that use
 // it (ClaimUsers), as guests so that refusals can name their vmids.
 func (c *Cluster) FileUsers(ns, claim string) []Guest {
-	users := c.ClaimUsers(ns, claim, "")
+	users := c.claimUsers(ns, claim, "")
 	if len(users) == 0 {
 		return nil
 	}

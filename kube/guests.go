@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,49 +15,149 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
-// Guest is one VirtualMachine as the Proxmox API sees it. VM and VMI point
-// into the informer caches: read them, never modify them.
+// Guest is one VirtualMachine as the Proxmox API sees it. What it returns
+// points into the informer caches: read it, never modify it.
+//
+// The caches keep specs packed (packed.go): VM and VMI decode the whole
+// objects on first use (once per Guest value and its copies), Meta and
+// InstanceMeta return the cached metadata and status at no cost. Hot paths
+// (lists, status/current, the task worker) read the latter.
 type Guest struct {
 	VMID int
 	Node string
-	VM   *kubevirtv1.VirtualMachine
-	VMI  *kubevirtv1.VirtualMachineInstance // nil when no instance exists
+	vm   *packedVM  // nil for a Guest made of a whole VM (GuestOf, WithVM)
+	vmi  *packedVMI // nil when no instance exists
+	full *guestFull
+}
+
+// guestFull holds the whole objects once decoded; Guest copies share it.
+type guestFull struct {
+	vmOnce, vmiOnce, metaOnce sync.Once
+	vm                        *kubevirtv1.VirtualMachine
+	vmi, vmiMeta              *kubevirtv1.VirtualMachineInstance
+}
+
+// NewGuest is a Guest of whole objects (vmi nil when none exists), for
+// tests and for objects just read from the apiserver.
+func NewGuest(vmid int, node string, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) Guest {
+	g := Guest{VMID: vmid, Node: node, full: &guestFull{vm: vm, vmi: vmi}}
+	g.full.vmOnce.Do(func() {})
+	g.full.vmiOnce.Do(func() {})
+	return g
+}
+
+// WithVM is g with vm, a whole VM (one just written or re-read), as its
+// VM; its instance stays.
+func (g Guest) WithVM(vm *kubevirtv1.VirtualMachine) Guest {
+	vmi := g.VMI()
+	return NewGuest(g.VMID, g.Node, vm, vmi)
+}
+
+// VM is the whole VirtualMachine (its spec decoded on first use).
+func (g Guest) VM() *kubevirtv1.VirtualMachine {
+	if g.full == nil {
+		return g.Meta()
+	}
+	g.full.vmOnce.Do(func() {
+		if g.vm != nil {
+			g.full.vm = g.vm.full()
+		}
+	})
+	return g.full.vm
+}
+
+// VMI is the whole instance (its spec decoded on first use), nil when none
+// exists.
+func (g Guest) VMI() *kubevirtv1.VirtualMachineInstance {
+	if g.full == nil {
+		return g.InstanceMeta()
+	}
+	g.full.vmiOnce.Do(func() {
+		if g.vmi != nil {
+			g.full.vmi = g.vmi.full()
+		}
+	})
+	return g.full.vmi
+}
+
+// Meta is the VM's metadata and status without decoding: of its spec it
+// has only Running and RunStrategy. Whatever reads the spec (its template,
+// disks, sizes) reads VM.
+func (g Guest) Meta() *kubevirtv1.VirtualMachine {
+	if g.vm != nil {
+		return g.vm.VirtualMachine
+	}
+	if g.full != nil {
+		return g.full.vm
+	}
+	return nil
+}
+
+// InstanceMeta is the instance's metadata and status without decoding,
+// nil when no instance exists. Its spec is empty, and so are the status
+// parts packed with it (coldVMIStatus: the agent's interfaces and OS, the
+// memory and CPU topology, the machine, the phase history): whatever reads
+// those reads VMI.
+func (g Guest) InstanceMeta() *kubevirtv1.VirtualMachineInstance {
+	if g.vmi != nil {
+		if g.full == nil {
+			return g.vmi.meta()
+		}
+		g.full.metaOnce.Do(func() { g.full.vmiMeta = g.vmi.meta() })
+		return g.full.vmiMeta
+	}
+	if g.full != nil && g.vm == nil {
+		return g.full.vmi
+	}
+	return nil
+}
+
+// Packed is g without the whole objects it has decoded, for a Guest kept
+// beyond a request (a row cache): those would make the cache's packing
+// moot. A Guest made of whole objects (NewGuest) stays as it is.
+func (g Guest) Packed() Guest {
+	if g.vm != nil {
+		g.full = &guestFull{}
+	}
+	return g
 }
 
 // Namespace is the VM's namespace.
-func (g Guest) Namespace() string { return g.VM.Namespace }
+func (g Guest) Namespace() string { return g.Meta().Namespace }
 
 // PoolAnnotation is the pool the VM names (translate.AnnotationPool, ""
 // for none); set is false without the annotation, when the namespace
 // decides.
 func (g Guest) PoolAnnotation() (pool string, set bool) {
-	pool, set = g.VM.Annotations[translate.AnnotationPool]
+	pool, set = g.Meta().Annotations[translate.AnnotationPool]
 	return pool, set
 }
 
 // Name is the VM's Kubernetes name.
-func (g Guest) Name() string { return g.VM.Name }
+func (g Guest) Name() string { return g.Meta().Name }
 
 // PVEName is the name shown to Proxmox clients: the stored PVE name; for
 // a VM made through the API without one "VM <vmid>", as qemu-server's
 // vmstatus says; else (made outside the API) the Kubernetes name.
 func (g Guest) PVEName() string {
-	if n := g.VM.Annotations[translate.AnnotationName]; n != "" {
+	if n := g.Meta().Annotations[translate.AnnotationName]; n != "" {
 		return n
 	}
-	if _, made := g.VM.Annotations[translate.AnnotationConfig]; made && g.VMID > 0 {
+	if _, made := g.Meta().Annotations[translate.AnnotationConfig]; made && g.VMID > 0 {
 		return "VM " + strconv.Itoa(g.VMID)
 	}
-	return g.VM.Name
+	return g.Meta().Name
 }
 
 // Template tells whether the VM is a PVE template.
-func (g Guest) Template() bool { return g.VM.Labels[translate.LabelTemplate] == "true" }
+func (g Guest) Template() bool { return g.Meta().Labels[translate.LabelTemplate] == "true" }
 
 // State is the guest's PVE status, QMP status and KubeVirt-derived lock
 // (translate.GuestStateOf); locks recorded on the VM are the caller's to
 // overlay.
-func (g Guest) State() translate.GuestState { return translate.GuestStateOf(g.VM, g.VMI) }
+func (g Guest) State() translate.GuestState {
+	return translate.GuestStateOf(g.Meta(), g.InstanceMeta())
+}
 
 // Guests lists every served VM with its vmid, in vmid order.
 func (c *Cluster) Guests() []Guest {
@@ -65,7 +166,7 @@ func (c *Cluster) Guests() []Guest {
 	objs := c.vms.list()
 	out := make([]Guest, 0, len(objs))
 	for _, o := range objs {
-		vm := o.(*kubevirtv1.VirtualMachine)
+		vm := o.(*packedVM)
 		id, ok := t.byKey[vm.Namespace+"/"+vm.Name]
 		if !ok {
 			continue // added after the table was built; shows on the next call
@@ -94,25 +195,33 @@ func (c *Cluster) Guest(vmid int) (Guest, error) {
 	if o == nil {
 		return Guest{}, ErrNotFound
 	}
-	return c.guest(vmid, o.(*kubevirtv1.VirtualMachine), c.nodeTable()), nil
+	return c.guest(vmid, o.(*packedVM), c.nodeTable()), nil
 }
 
 // GuestOf is the Guest of vm under vmid, as Guest would show it: for a VM
 // just written, whose id the cache may not resolve to it alone yet.
 func (c *Cluster) GuestOf(vmid int, vm *kubevirtv1.VirtualMachine) Guest {
-	return c.guest(vmid, vm, c.nodeTable())
+	var vmi *kubevirtv1.VirtualMachineInstance
+	if p := c.cachedVMI(vm.Namespace, vm.Name); p != nil {
+		vmi = p.full()
+	}
+	return NewGuest(vmid, guestNode(c.nodeTable(), vm), vm, vmi)
 }
 
-func (c *Cluster) guest(id int, vm *kubevirtv1.VirtualMachine, nt *nodeTable) Guest {
-	g := Guest{VMID: id, VM: vm}
-	if o := c.vmis.get(vm.Namespace, vm.Name); o != nil {
-		g.VMI = o.(*kubevirtv1.VirtualMachineInstance)
-	}
-	g.Node = vm.Annotations[translate.AnnotationNode]
-	if g.Node == "" {
-		g.Node = homeNode(nt, string(vm.UID))
-	}
+func (c *Cluster) guest(id int, vm *packedVM, nt *nodeTable) Guest {
+	g := Guest{VMID: id, vm: vm, full: &guestFull{}}
+	g.vmi = c.cachedVMI(vm.Namespace, vm.Name)
+	g.Node = guestNode(nt, vm.VirtualMachine)
 	return g
+}
+
+// guestNode is the PVE node a VM shows on: the one recorded on it, else
+// its home node.
+func guestNode(nt *nodeTable, vm *kubevirtv1.VirtualMachine) string {
+	if n := vm.Annotations[translate.AnnotationNode]; n != "" {
+		return n
+	}
+	return homeNode(nt, string(vm.UID))
 }
 
 func sortGuests(gs []Guest) {
@@ -127,12 +236,11 @@ func (c *Cluster) VMNameTaken(ns, name string) bool { return c.vms.get(ns, name)
 // fails with ErrNotFound when the VM is gone or was replaced by a namesake.
 func (c *Cluster) Refresh(ctx context.Context, g Guest) (Guest, error) {
 	vm, err := c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || (err == nil && vm.UID != g.VM.UID) {
+	if apierrors.IsNotFound(err) || (err == nil && vm.UID != g.Meta().UID) {
 		return Guest{}, ErrNotFound
 	}
 	if err != nil {
 		return Guest{}, err
 	}
-	g.VM = vm
-	return g, nil
+	return g.WithVM(vm), nil
 }

@@ -21,7 +21,7 @@ func TestPVEName(t *testing.T) {
 		{map[string]string{translate.AnnotationConfig: `{"cores":"2"}`}, "VM 105"},
 		{nil, "vm-105"},
 	} {
-		g := Guest{VMID: 105, VM: &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "vm-105", Annotations: c.annotations}}}
+		g := NewGuest(105, "", &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "vm-105", Annotations: c.annotations}}, nil)
 		if got := g.PVEName(); got != c.want {
 			t.Errorf("%v: PVEName %q, want %q", c.annotations, got, c.want)
 		}

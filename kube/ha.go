@@ -18,22 +18,22 @@ import (
 func (c *Cluster) SetHA(ctx context.Context, g Guest, cfg *translate.HAConfig) (*kubevirtv1.VirtualMachine, error) {
 	rs := kubevirtv1.RunStrategyManual
 	ops := []patchOp{
-		{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)},
-		{Op: "test", Path: "/metadata/resourceVersion", Value: g.VM.ResourceVersion},
+		{Op: "test", Path: "/metadata/uid", Value: string(g.Meta().UID)},
+		{Op: "test", Path: "/metadata/resourceVersion", Value: g.Meta().ResourceVersion},
 	}
 	key := "/metadata/annotations/" + jsonPointerEscape(translate.AnnotationHA)
 	switch {
 	case cfg != nil:
 		rs = translate.HARunStrategy(cfg.State)
-		if g.VM.Annotations == nil {
+		if g.Meta().Annotations == nil {
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
 		}
 		ops = append(ops, patchOp{Op: "add", Path: key, Value: cfg.Encode()})
-	case g.VM.Annotations[translate.AnnotationHA] != "":
+	case g.Meta().Annotations[translate.AnnotationHA] != "":
 		ops = append(ops, patchOp{Op: "remove", Path: key})
 	}
 	ops = append(ops, patchOp{Op: "add", Path: "/spec/runStrategy", Value: string(rs)})
-	if g.VM.Spec.Running != nil {
+	if g.Meta().Spec.Running != nil {
 		ops = append(ops, patchOp{Op: "remove", Path: "/spec/running"})
 	}
 	out, err := c.jsonPatchVM(ctx, g, ops)
@@ -57,7 +57,7 @@ func modified(err error) error {
 func (c *Cluster) HAResources() []HAGuest {
 	var out []HAGuest
 	for _, g := range c.Guests() {
-		if cfg, ok := translate.HAConfigOf(g.VM); ok {
+		if cfg, ok := translate.HAConfigOf(g.Meta()); ok {
 			out = append(out, HAGuest{Guest: g, Config: cfg})
 		}
 	}

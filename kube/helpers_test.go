@@ -180,14 +180,14 @@ func vmiState(c *Cluster, vmid int) string {
 	if err != nil {
 		return err.Error()
 	}
-	if g.VMI == nil {
+	if g.InstanceMeta() == nil {
 		return "no VMI"
 	}
-	s := string(g.VMI.UID) + " " + string(g.VMI.Status.Phase)
-	if translate.VMIPaused(g.VMI) {
+	s := string(g.VMI().UID) + " " + string(g.VMI().Status.Phase)
+	if translate.VMIPaused(g.VMI()) {
 		s += " paused"
 	}
-	if g.VMI.DeletionTimestamp != nil {
+	if g.VMI().DeletionTimestamp != nil {
 		s += " deleting"
 	}
 	return s
@@ -195,7 +195,7 @@ func vmiState(c *Cluster, vmid int) string {
 
 func vmiRunning(c *Cluster, vmid int) (bool, string) {
 	g, err := c.Guest(vmid)
-	ok := err == nil && g.VMI != nil && g.VMI.Status.Phase == kubevirtv1.Running && g.VMI.DeletionTimestamp == nil
+	ok := err == nil && g.VMI() != nil && g.VMI().Status.Phase == kubevirtv1.Running && g.VMI().DeletionTimestamp == nil
 	return ok, vmiState(c, vmid)
 }
 

@@ -298,10 +298,10 @@ func (c *Cluster) GuestUsage(ns, vmiName string) (cpuCores float64, memBytes int
 // GuestUsageOf is the last known usage of g's instance; ok is false when
 // it has none or no reading exists.
 func (c *Cluster) GuestUsageOf(g Guest) (cpuCores float64, memBytes int64, ok bool) {
-	if g.VMI == nil {
+	if g.InstanceMeta() == nil {
 		return 0, 0, false
 	}
-	return c.GuestUsage(g.VMI.Namespace, g.VMI.Name)
+	return c.GuestUsage(g.InstanceMeta().Namespace, g.InstanceMeta().Name)
 }
 
 // NodeUsageOf is the last known usage of n.

@@ -83,8 +83,8 @@ func TestMetricsSnapshot(t *testing.T) {
 		cpu, mem, ok := c.GuestUsageOf(g)
 		if g.Name() == "debian-12" {
 			found = true
-			if g.VMI == nil || !ok || cpu != 0.5 || mem != 1<<30 {
-				t.Fatalf("GuestUsageOf(debian-12) = %v %v %v (vmi %v)", cpu, mem, ok, g.VMI != nil)
+			if g.InstanceMeta() == nil || !ok || cpu != 0.5 || mem != 1<<30 {
+				t.Fatalf("GuestUsageOf(debian-12) = %v %v %v (vmi %v)", cpu, mem, ok, g.InstanceMeta() != nil)
 			}
 		} else if ok {
 			t.Errorf("GuestUsageOf(%s) has a reading", g.Name())

@@ -91,7 +91,7 @@ func (c *Cluster) NoUserMigration(g Guest) bool {
 // on its own (see automatic), which KubeVirt lets no other migration
 // overlap.
 func (c *Cluster) MigratingItself(g Guest) bool {
-	if g.VMI != nil && translate.AutomaticMigration(g.VMI) && g.VM.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusMigrating {
+	if g.InstanceMeta() != nil && translate.AutomaticMigration(g.InstanceMeta()) && g.Meta().Status.PrintableStatus == kubevirtv1.VirtualMachineStatusMigrating {
 		return true
 	}
 	if c.migrations == nil {
@@ -151,10 +151,10 @@ func nodeRef(n Node) translate.NodeRef {
 // and required node affinity, with pins of g's home node moved to n when
 // repin is set (what SetHomeNode would write).
 func (c *Cluster) NodeAllows(g Guest, n Node, repin bool) bool {
-	if g.VM.Spec.Template == nil {
+	if g.VM().Spec.Template == nil {
 		return true
 	}
-	spec := g.VM.Spec.Template.Spec.DeepCopy()
+	spec := g.VM().Spec.Template.Spec.DeepCopy()
 	if repin {
 		if from, ok := c.Node(g.Node); ok {
 			translate.RepinNode(spec, nodeRef(from), nodeRef(n))
@@ -180,15 +180,15 @@ func (c *Cluster) SetHomeNode(ctx context.Context, g Guest, target string) error
 	}
 	for attempt := 0; ; attempt++ {
 		ops := []patchOp{
-			{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)},
-			{Op: "test", Path: "/metadata/resourceVersion", Value: g.VM.ResourceVersion},
+			{Op: "test", Path: "/metadata/uid", Value: string(g.Meta().UID)},
+			{Op: "test", Path: "/metadata/resourceVersion", Value: g.Meta().ResourceVersion},
 		}
-		if g.VM.Annotations == nil {
+		if g.Meta().Annotations == nil {
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
 		}
 		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(translate.AnnotationNode), Value: target})
-		if from, found := c.Node(g.Node); found && ok && g.VM.Spec.Template != nil {
-			spec := g.VM.Spec.Template.Spec.DeepCopy()
+		if from, found := c.Node(g.Node); found && ok && g.VM().Spec.Template != nil {
+			spec := g.VM().Spec.Template.Spec.DeepCopy()
 			if translate.RepinNode(spec, nodeRef(from), nodeRef(to)) {
 				ops = append(ops, patchOp{Op: "replace", Path: "/spec/template/spec", Value: spec})
 			}
@@ -205,7 +205,7 @@ func (c *Cluster) SetHomeNode(ctx context.Context, g Guest, target string) error
 		if g, err = c.Refresh(ctx, g); err != nil {
 			return err
 		}
-		g.Node = c.guest(g.VMID, g.VM, c.nodeTable()).Node
+		g.Node = guestNode(c.nodeTable(), g.Meta())
 	}
 }
 
@@ -245,7 +245,8 @@ func migrationFailure(m *kubevirtv1.VirtualMachineInstanceMigration, vmi *kubevi
 // the VM's home node follows it (written by the plugin's account, like a
 // task's record: the caller was allowed to migrate). A failed or deleted
 // migration ends the task with KubeVirt's reason.
-func (ts *Tasks) evaluateMigrated(t *Task, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, now time.Time) (bool, string, []string) {
+func (ts *Tasks) evaluateMigrated(t *Task, cvm *packedVM, vmi *kubevirtv1.VirtualMachineInstance, now time.Time) (bool, string, []string) {
+	vm := cvm.meta()
 	c := ts.c
 	if vm == nil {
 		return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
@@ -271,7 +272,7 @@ func (ts *Tasks) evaluateMigrated(t *Task, vm *kubevirtv1.VirtualMachine, vmi *k
 		// the migrate lock, which PVE drops when its task ends.
 		return false, "", nil
 	}
-	g := c.guest(0, vm, c.nodeTable())
+	g := c.guest(0, cvm, c.nodeTable())
 	if g.Node != t.target {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := c.SetHomeNode(ctx, g, t.target)
@@ -315,11 +316,11 @@ type UnsharedClaim struct {
 // instance volumes, and the running instance has the template's claims
 // (hot-plugged ones included).
 func (c *Cluster) UnsharedClaims(g Guest) []UnsharedClaim {
-	if g.VM.Spec.Template == nil {
+	if g.VM().Spec.Template == nil {
 		return nil
 	}
 	var out []UnsharedClaim
-	for _, v := range g.VM.Spec.Template.Spec.Volumes {
+	for _, v := range g.VM().Spec.Template.Spec.Volumes {
 		claim := ""
 		switch {
 		case v.PersistentVolumeClaim != nil:

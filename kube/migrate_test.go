@@ -34,8 +34,8 @@ func TestSetHomeNodeMovesAnnotationAndPins(t *testing.T) {
 	e := newEnv(t, envOptions{controller: true})
 	c := e.cluster(Options{}, true)
 	g := mustGuest(t, c, 101) // win-11: stopped, home kv-node-2, prefers it
-	if g.Node != seedNode2 || preferredHost(g.VM) != "kv-node-2.lab.internal" {
-		t.Fatalf("seed: node %s, preference %q", g.Node, preferredHost(g.VM))
+	if g.Node != seedNode2 || preferredHost(g.VM()) != "kv-node-2.lab.internal" {
+		t.Fatalf("seed: node %s, preference %q", g.Node, preferredHost(g.VM()))
 	}
 	to, _ := c.Node(seedNode3)
 	if !c.NodeAllows(g, to, true) {
@@ -66,7 +66,7 @@ func TestSetHomeNodeMovesAnnotationAndPins(t *testing.T) {
 	}
 	eventually(t, "the cache to see the selector", func() (bool, string) {
 		g = mustGuest(t, c, 101)
-		return g.VM.Spec.Template.Spec.NodeSelector["zone"] == "a", g.VM.ResourceVersion
+		return g.VM().Spec.Template.Spec.NodeSelector["zone"] == "a", g.VM().ResourceVersion
 	})
 	if to, _ := c.Node(seedNode2); c.NodeAllows(g, to, true) {
 		t.Fatal("a node outside the VM's selector is allowed")
@@ -89,8 +89,8 @@ func TestLiveMigrationTask(t *testing.T) {
 	}})
 	c := e.cluster(Options{}, true)
 	g := waitRunning(t, c, 100) // debian-12, home kv-node-1, runs there
-	if g.Node != seedNode1 || g.VMI.Status.NodeName != "kv-node-1.lab.internal" {
-		t.Fatalf("seed: node %s, instance on %s", g.Node, g.VMI.Status.NodeName)
+	if g.Node != seedNode1 || g.VMI().Status.NodeName != "kv-node-1.lab.internal" {
+		t.Fatalf("seed: node %s, instance on %s", g.Node, g.VMI().Status.NodeName)
 	}
 
 	// A node the guest cannot go to: the task ends with KubeVirt's reason,
@@ -132,8 +132,8 @@ func TestLiveMigrationTask(t *testing.T) {
 		!strings.Contains(end.ExitStatus, "node(s) were unschedulable") {
 		t.Fatalf("failed migration: %q", end.ExitStatus)
 	}
-	if g := mustGuest(t, c, 100); g.Node != seedNode1 || g.VMI.Status.NodeName != "kv-node-1.lab.internal" {
-		t.Fatalf("after a failed migration: node %s, instance on %s", g.Node, g.VMI.Status.NodeName)
+	if g := mustGuest(t, c, 100); g.Node != seedNode1 || g.VMI().Status.NodeName != "kv-node-1.lab.internal" {
+		t.Fatalf("after a failed migration: node %s, instance on %s", g.Node, g.VMI().Status.NodeName)
 	}
 	cordon("kv-node-3.lab.internal", false)
 
@@ -154,8 +154,8 @@ func TestLiveMigrationTask(t *testing.T) {
 		t.Fatalf("migration: %q %q", end.ExitStatus, end.Log)
 	}
 	g = mustGuest(t, c, 100)
-	if g.Node != seedNode3 || g.VMI.Status.NodeName != "kv-node-3.lab.internal" || preferredHost(g.VM) != "kv-node-3.lab.internal" {
-		t.Fatalf("after: node %s, instance on %s, preference %q", g.Node, g.VMI.Status.NodeName, preferredHost(g.VM))
+	if g.Node != seedNode3 || g.VMI().Status.NodeName != "kv-node-3.lab.internal" || preferredHost(g.VM()) != "kv-node-3.lab.internal" {
+		t.Fatalf("after: node %s, instance on %s, preference %q", g.Node, g.VMI().Status.NodeName, preferredHost(g.VM()))
 	}
 	if end.UPID.Node != seedNode1 {
 		t.Fatalf("the task runs on the source node in PVE: %s", end.UPID)

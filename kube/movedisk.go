@@ -32,7 +32,7 @@ func (c *Cluster) dropMovedSource(ctx context.Context, vm *kubevirtv1.VirtualMac
 		return true, fmt.Sprintf("source volume '%s' kept: the VM uses it again", claim), nil
 	}
 	if changed {
-		g := Guest{VM: vm}
+		g := NewGuest(0, "", vm, nil)
 		if _, err := c.ReplaceVM(ctx, g, want, translate.AnnotationConfig); err != nil {
 			return false, "", err
 		}

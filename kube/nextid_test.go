@@ -108,7 +108,7 @@ func TestCreateVMOverStaleCachedVM(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create over a stale claim: %v", err)
 	}
-	if g := mustGuest(t, c, 4321); g.VM.UID != created.UID {
+	if g := mustGuest(t, c, 4321); g.VM().UID != created.UID {
 		t.Fatalf("vmid 4321 resolves to %s/%s, want the new VM", g.Namespace(), g.Name())
 	}
 	// And a second create of the id is refused with PVE's text.

@@ -226,10 +226,10 @@ func (c *Cluster) SetGuestPool(ctx context.Context, g Guest, pool *string) error
 			return err
 		}
 		fresh, gerr := c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
-		if gerr != nil || attempt == 4 || fresh.UID != g.VM.UID {
+		if gerr != nil || attempt == 4 || fresh.UID != g.Meta().UID {
 			return fmt.Errorf("%w: %v", ErrModified, err)
 		}
-		g.VM = fresh
+		g = g.WithVM(fresh)
 		if now, set := g.PoolAnnotation(); now != was || set != wasSet {
 			return fmt.Errorf("%w: its pool changed", ErrModified)
 		}
@@ -241,8 +241,8 @@ func (c *Cluster) SetGuestPool(ctx context.Context, g Guest, pool *string) error
 func (c *Cluster) patchGuestPool(ctx context.Context, g Guest, pool *string) (*kubevirtv1.VirtualMachine, error) {
 	key := "/metadata/annotations/" + jsonPointerEscape(translate.AnnotationPool)
 	ops := []patchOp{
-		{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)},
-		{Op: "test", Path: "/metadata/resourceVersion", Value: g.VM.ResourceVersion},
+		{Op: "test", Path: "/metadata/uid", Value: string(g.Meta().UID)},
+		{Op: "test", Path: "/metadata/resourceVersion", Value: g.Meta().ResourceVersion},
 	}
 	_, had := g.PoolAnnotation()
 	switch {
@@ -252,7 +252,7 @@ func (c *Cluster) patchGuestPool(ctx context.Context, g Guest, pool *string) (*k
 		ops = append(ops, patchOp{Op: "remove", Path: key})
 	default:
 		// An empty map is not in the JSON the patch applies to either.
-		if len(g.VM.Annotations) == 0 {
+		if len(g.Meta().Annotations) == 0 {
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
 		}
 		ops = append(ops, patchOp{Op: "add", Path: key, Value: *pool})

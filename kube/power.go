@@ -74,7 +74,7 @@ func (c *Cluster) StartVM(ctx context.Context, g Guest) error {
 		// virt-api's start turns Halted into Always, after which a guest
 		// shutdown restarts the VM. PVE VMs stay stopped, so go through
 		// Manual (restores and the fallback stop leave VMs Halted).
-		if rs, _ := g.VM.RunStrategy(); rs == kubevirtv1.RunStrategyHalted {
+		if rs, _ := g.Meta().RunStrategy(); rs == kubevirtv1.RunStrategyHalted {
 			if err := c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyManual); err != nil {
 				return err
 			}
@@ -146,12 +146,12 @@ func (c *Cluster) StopAfterStart(ctx context.Context, g Guest, gracePeriod *int6
 			// virt-controller has dropped the request: virt-api's stop
 			// patches the requests guarded by a test of their current
 			// value, which fails while the controller is still dropping it.
-			vm, _ := c.vms.get(g.Namespace(), g.Name()).(*kubevirtv1.VirtualMachine)
-			if vm == nil || vm.UID != g.VM.UID {
+			vm := c.cachedVM(g.Namespace(), g.Name())
+			if vm == nil || vm.UID != g.Meta().UID {
 				return
 			}
-			vmi, _ := c.vmis.get(g.Namespace(), g.Name()).(*kubevirtv1.VirtualMachineInstance)
-			if StartPending(vm) || vmi == nil || vmi.IsFinal() || !metav1.IsControlledBy(vmi, g.VM) {
+			vmi := c.cachedVMI(g.Namespace(), g.Name())
+			if StartPending(vm.VirtualMachine) || vmi == nil || vmi.meta().IsFinal() || !metav1.IsControlledBy(vmi, g.Meta()) {
 				continue
 			}
 			if err := c.StopVM(ctx, g, gracePeriod); err != nil {
@@ -178,16 +178,16 @@ func (c *Cluster) RestartVM(ctx context.Context, g Guest) error {
 			return c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Restart(ctx, g.Name(), &kubevirtv1.RestartOptions{})
 		})
 	}
-	rs, _ := g.VM.RunStrategy()
+	rs, _ := g.Meta().RunStrategy()
 	if rs != kubevirtv1.RunStrategyAlways && rs != kubevirtv1.RunStrategyOnce {
 		if err := c.setRunStrategy(ctx, g, kubevirtv1.RunStrategyAlways); err != nil {
 			return err
 		}
 	}
-	if g.VMI == nil {
+	if g.InstanceMeta() == nil {
 		return nil
 	}
-	uid := g.VMI.UID
+	uid := g.InstanceMeta().UID
 	return c.as(ctx).kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Delete(ctx, g.Name(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }
 
@@ -243,8 +243,8 @@ func lifecycle(g Guest, call func() error) error {
 // spec.running) with a JSON patch guarded by the VM's UID, so a VM
 // recreated under the same name is never touched by mistake.
 func (c *Cluster) setRunStrategy(ctx context.Context, g Guest, rs kubevirtv1.VirtualMachineRunStrategy) error {
-	ops := []patchOp{{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)}}
-	if g.VM.Spec.Running != nil {
+	ops := []patchOp{{Op: "test", Path: "/metadata/uid", Value: string(g.Meta().UID)}}
+	if g.Meta().Spec.Running != nil {
 		ops = append(ops, patchOp{Op: "remove", Path: "/spec/running"})
 	}
 	ops = append(ops, patchOp{Op: "add", Path: "/spec/runStrategy", Value: string(rs)})

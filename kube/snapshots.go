@@ -142,7 +142,7 @@ func (c *Cluster) sharedClaimBlocker(g Guest, content *snapshotv1.VirtualMachine
 	for _, vb := range content.Spec.VolumeBackups {
 		claim := vb.PersistentVolumeClaim.Name
 		var why string
-		if users := c.ClaimUsers(g.Namespace(), claim, g.VM.UID); len(users) > 0 {
+		if users := c.ClaimUsers(g.Namespace(), claim, g.Meta().UID); len(users) > 0 {
 			why = "VM " + users[0].Name + " uses it"
 			if id, ok := c.table().byKey[users[0].Namespace+"/"+users[0].Name]; ok {
 				why = fmt.Sprintf("VM %d uses it", id)
@@ -168,7 +168,7 @@ func (c *Cluster) CanSnapshot(g Guest) error {
 	if c.snapshots == nil {
 		return ErrNoSnapshotAPI
 	}
-	return snapshotBlocker(g.VM)
+	return snapshotBlocker(g.VM())
 }
 
 // excludedDisks are vm's disks whose data snapshot s does not hold
@@ -261,7 +261,7 @@ func (c *Cluster) Snapshots(g Guest) ([]Snapshot, error) {
 	var out []Snapshot
 	for _, o := range c.snapshots.byIndex(snapshotSourceIndex, g.Namespace()+"/"+g.Name()) {
 		s := o.(*snapshotv1.VirtualMachineSnapshot)
-		if s.Status != nil && s.Status.SourceUID != nil && *s.Status.SourceUID != g.VM.UID {
+		if s.Status != nil && s.Status.SourceUID != nil && *s.Status.SourceUID != g.Meta().UID {
 			continue // a snapshot of an earlier VM of the same name
 		}
 		name := s.Annotations[translate.AnnotationSnapName]
@@ -324,7 +324,7 @@ func (c *Cluster) SetSnapshotDescription(ctx context.Context, s *snapshotv1.Virt
 // RestoreSnapshot rolls g back to s (PVE's snapname) with a
 // VirtualMachineRestore, unless s lacks the data of one of g's disks.
 func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.VirtualMachineSnapshot, snapname string) (*snapshotv1.VirtualMachineRestore, error) {
-	if err := rollbackBlocker(g.VM, s, snapname); err != nil {
+	if err := rollbackBlocker(g.VM(), s, snapname); err != nil {
 		return nil, err
 	}
 	content, err := c.snapshotContent(ctx, s)
@@ -373,12 +373,12 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, g Guest, s *snapshotv1.Vi
 // A Manual VM with a live instance is stopped by the restore and stays
 // stopped.
 func rollbackHalts(g Guest) bool {
-	rs, err := g.VM.RunStrategy()
+	rs, err := g.Meta().RunStrategy()
 	switch {
 	case err != nil, rs == kubevirtv1.RunStrategyHalted:
 		return false
 	case rs == kubevirtv1.RunStrategyManual:
-		return g.VMI != nil && g.VMI.IsFinal()
+		return g.InstanceMeta() != nil && g.InstanceMeta().IsFinal()
 	}
 	return true
 }
@@ -398,7 +398,7 @@ func (c *Cluster) SnapshotLock(g Guest) string {
 	key := g.Namespace() + "/" + g.Name()
 	for _, o := range c.restores.byIndex(snapshotSourceIndex, key) {
 		r := o.(*snapshotv1.VirtualMachineRestore)
-		if ref := metav1.GetControllerOf(r); ref != nil && ref.UID != g.VM.UID {
+		if ref := metav1.GetControllerOf(r); ref != nil && ref.UID != g.Meta().UID {
 			continue // a restore of an earlier VM of the same name
 		}
 		if r.DeletionTimestamp == nil && (r.Status == nil || r.Status.Complete == nil || !*r.Status.Complete) && !restoreFailed(r) {
@@ -407,7 +407,7 @@ func (c *Cluster) SnapshotLock(g Guest) string {
 	}
 	for _, o := range c.snapshots.byIndex(snapshotSourceIndex, key) {
 		s := o.(*snapshotv1.VirtualMachineSnapshot)
-		if s.Status != nil && s.Status.SourceUID != nil && *s.Status.SourceUID != g.VM.UID {
+		if s.Status != nil && s.Status.SourceUID != nil && *s.Status.SourceUID != g.Meta().UID {
 			continue
 		}
 		if s.DeletionTimestamp == nil && (s.Status == nil || (s.Status.Phase != snapshotv1.Succeeded && s.Status.Phase != snapshotv1.Failed)) {
@@ -471,10 +471,10 @@ func (c *Cluster) snapshotState(ns, name string) (exists, ready bool, failure st
 		return true, false, msg
 	}
 	ready = s.Status.ReadyToUse != nil && *s.Status.ReadyToUse
-	if vo := c.vms.get(ns, s.Spec.Source.Name); ready && vo != nil {
+	if vo := c.cachedVM(ns, s.Spec.Source.Name); ready && vo != nil {
 		// KubeVirt took it without a disk's data: the VM's status did
 		// not say so yet when the snapshot was asked for.
-		vm := vo.(*kubevirtv1.VirtualMachine)
+		vm := vo.full()
 		if s.Status.SourceUID == nil || *s.Status.SourceUID == vm.UID {
 			if ex := excludedDisks(vm, s); len(ex) > 0 {
 				return true, false, fmt.Sprintf("%s: KubeVirt took the snapshot without the data of disk %s (%s): its storage has no VolumeSnapshotClass",
@@ -513,7 +513,7 @@ func (c *Cluster) reapplySnapshotConfig(ctx context.Context, ns, restoreName str
 	}
 	r := ro.(*snapshotv1.VirtualMachineRestore)
 	so := c.snapshots.get(ns, r.Spec.VirtualMachineSnapshotName)
-	vo := c.vms.get(ns, r.Spec.Target.Name)
+	vo := c.cachedVM(ns, r.Spec.Target.Name)
 	if so == nil || vo == nil {
 		return nil
 	}
@@ -521,7 +521,7 @@ func (c *Cluster) reapplySnapshotConfig(ctx context.Context, ns, restoreName str
 	if err != nil || recorded == nil {
 		return err
 	}
-	cur := vo.(*kubevirtv1.VirtualMachine)
+	cur := vo.VirtualMachine // metadata only
 	set := map[string]any{}
 	for _, k := range []string{translate.AnnotationConfig, translate.AnnotationName} {
 		want, had := recorded.Annotations[k]

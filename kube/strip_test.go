@@ -1,9 +1,11 @@
 package kube
 
 import (
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -80,4 +82,32 @@ func mustStrip(t *testing.T, strip func(any) (any, error), obj any) any {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestStripSharesEqualMaps: equal quantity and label maps of different
+// cached objects become one map (each costs hundreds of bytes per object),
+// and a different one stays its own.
+func TestStripSharesEqualMaps(t *testing.T) {
+	objs, err := fleet.Objects(fleet.Spec{Namespace: "default", N: 3, FirstVMID: 1000, Nodes: []string{"kv-node-1.lab.internal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustStrip(t, stripStorage, objs[2].DeepCopyObject()).(*corev1.PersistentVolumeClaim)
+	b := mustStrip(t, stripStorage, objs[6].DeepCopyObject()).(*corev1.PersistentVolumeClaim)
+	same := func(x, y any) bool { return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer() }
+	if !same(a.Spec.Resources.Requests, b.Spec.Resources.Requests) || !same(a.Spec.Resources.Requests, a.Status.Capacity) {
+		t.Error("equal claim sizes are separate maps")
+	}
+	vm1 := mustStrip(t, stripVM, objs[0].DeepCopyObject()).(*kubevirtv1.VirtualMachine)
+	vm2 := mustStrip(t, stripVM, objs[4].DeepCopyObject()).(*kubevirtv1.VirtualMachine)
+	if !same(vm1.Spec.Template.Spec.Domain.Resources.Requests, vm2.Spec.Template.Spec.Domain.Resources.Requests) ||
+		!same(vm1.Spec.Template.ObjectMeta.Annotations, vm2.Spec.Template.ObjectMeta.Annotations) {
+		t.Error("equal VM template maps are separate maps")
+	}
+	big := objs[9].DeepCopyObject().(*corev1.PersistentVolumeClaim)
+	big.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Gi")}
+	c := mustStrip(t, stripStorage, big).(*corev1.PersistentVolumeClaim)
+	if same(c.Spec.Resources.Requests, a.Spec.Resources.Requests) || c.Spec.Resources.Requests.Storage().String() != "64Gi" {
+		t.Errorf("a different size was shared: %v", c.Spec.Resources.Requests)
+	}
 }

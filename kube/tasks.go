@@ -674,16 +674,14 @@ func stopRequestPending(vm *kubevirtv1.VirtualMachine) bool {
 // evaluate decides whether a running task's goal is met.
 func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log []string) {
 	ts.evaluations.Add(1)
-	var vm *kubevirtv1.VirtualMachine
-	if o := ts.c.vms.get(t.namespace, t.name); o != nil {
-		if v := o.(*kubevirtv1.VirtualMachine); v.UID == t.uid {
-			vm = v
-		}
+	// vm and vmi are metadata and status (the specs stay packed): most
+	// goals are states; the few that read a spec decode it (whole).
+	var cvm *packedVM
+	if p := ts.c.cachedVM(t.namespace, t.name); p != nil && p.UID == t.uid {
+		cvm = p
 	}
-	var vmi *kubevirtv1.VirtualMachineInstance
-	if o := ts.c.vmis.get(t.namespace, t.name); o != nil {
-		vmi = o.(*kubevirtv1.VirtualMachineInstance)
-	}
+	cvmi := ts.c.cachedVMI(t.namespace, t.name)
+	vm, vmi := cvm.meta(), cvmi.meta()
 	running := translate.VMIRunning(vmi)
 	final := vmi == nil || vmi.IsFinal()
 	// notes: lines for the log of a task that goes on (see note).
@@ -725,7 +723,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			// CDI will not finish the copy of the EFI/TPM state by itself.
 			return true, "copying the EFI/TPM state failed: " + msg, nil
 		}
-		if msg := ts.c.invalidClaim(vm, t.object); msg != "" {
+		if msg := ts.c.invalidClaim(cvm.full(), t.object); msg != "" {
 			// CDI retries forever; the storage's admin must act.
 			return true, "volume provisioning failed: " + msg +
 				" (CDI cannot pick the access and volume mode of its claim: set them in the storage class's StorageProfile, spec.claimPropertySets)", nil
@@ -740,7 +738,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		// KubeVirt's DataVolumeError need not be final (importRetrying):
 		// the task fails on what CDI gives up on, and meanwhile says what
 		// CDI retries.
-		failed, retrying := ts.c.dataVolumeTrouble(vm, t.object)
+		failed, retrying := ts.c.dataVolumeTrouble(cvm.full(), t.object)
 		switch {
 		case failed != "":
 			return true, "volume provisioning failed: " + failed, nil
@@ -755,12 +753,12 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		default:
 			// KubeVirt may report Stopped before it has looked at the
 			// volumes.
-			if ts.c.volumesProvisioned(vm, t.object) {
+			if ts.c.volumesProvisioned(cvm.full(), t.object) {
 				return true, translate.ExitOK, nil
 			}
 		}
 	case GoalMoved:
-		if done, exit, lines := ts.evaluateMoved(t, vm, now); done {
+		if done, exit, lines := ts.evaluateMoved(t, cvm.full(), now); done {
 			return done, exit, lines
 		}
 	case GoalSnapshotReady:
@@ -783,11 +781,11 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vm == nil {
 			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
 		}
-		if ts.c.guest(0, vm, ts.c.nodeTable()).Node == t.target {
+		if guestNode(ts.c.nodeTable(), vm) == t.target {
 			return true, translate.ExitOK, migrationFinished(t, now)
 		}
 	case GoalMigrated:
-		if done, exit, lines := ts.evaluateMigrated(t, vm, vmi, now); done {
+		if done, exit, lines := ts.evaluateMigrated(t, cvm, vmi, now); done {
 			return done, exit, lines
 		}
 	case GoalImported:
@@ -826,7 +824,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		}
 	case GoalLiveUpdated:
 		gen, _ := strconv.ParseInt(t.object, 10, 64)
-		if vm == nil || final || (vm.Generation >= gen && translate.LiveUpdateTaken(vm, vmi)) {
+		if vm == nil || final || (vm.Generation >= gen && translate.LiveUpdateTaken(cvm.full(), cvmi.full())) {
 			return true, translate.ExitOK, nil
 		}
 	case GoalSession, GoalWorker:
@@ -836,7 +834,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := ts.c.reapplySnapshotConfig(ctx, t.namespace, t.object)
 			if err == nil && t.goal == GoalRestoredStarted {
-				started, why := ts.startRestored(ctx, t, vm, vmi)
+				started, why := ts.startRestored(ctx, t, cvm, vmi)
 				cancel()
 				if started {
 					return true, why, nil
@@ -1136,7 +1134,8 @@ func taskVMIndexFunc(obj any) ([]string, error) {
 // plugin's own, as the rest of the rollback after its request ended, and
 // is asked for again only while KubeVirt has neither an instance nor a
 // start request: any replica judging the task may run this.
-func (ts *Tasks) startRestored(ctx context.Context, t *Task, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) (bool, string) {
+func (ts *Tasks) startRestored(ctx context.Context, t *Task, cvm *packedVM, vmi *kubevirtv1.VirtualMachineInstance) (bool, string) {
+	vm := cvm.meta()
 	switch {
 	case vm == nil:
 		return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name)
@@ -1147,7 +1146,7 @@ func (ts *Tasks) startRestored(ctx context.Context, t *Task, vm *kubevirtv1.Virt
 	case vmi != nil || StartPending(vm):
 		return false, ""
 	}
-	if err := ts.c.StartVM(ctx, ts.c.guest(0, vm, ts.c.nodeTable())); err != nil {
+	if err := ts.c.StartVM(ctx, ts.c.guest(0, cvm, ts.c.nodeTable())); err != nil {
 		// A start another replica asked for first answers 409; the
 		// next pass sees it.
 		ts.c.logger.Warn("start after rollback", zap.String("upid", t.UPID.String()), zap.Error(err))

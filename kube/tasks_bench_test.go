@@ -42,7 +42,7 @@ func BenchmarkTaskWorker(b *testing.B) {
 					b.Fatal(err)
 				}
 				if _, err := c.Tasks.Begin(ctx, TaskSpec{Node: g.Node, Type: "qmstart", ID: strconv.Itoa(g.VMID), User: "root@pam",
-					Goal: GoalRunning, Namespace: g.Namespace(), Name: g.Name(), UID: g.VM.UID, Timeout: time.Hour}); err != nil {
+					Goal: GoalRunning, Namespace: g.Namespace(), Name: g.Name(), UID: g.VM().UID, Timeout: time.Hour}); err != nil {
 					b.Fatal(err)
 				}
 			}

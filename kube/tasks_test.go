@@ -21,7 +21,7 @@ import (
 func specFor(g Guest, goal Goal, typ string) TaskSpec {
 	return TaskSpec{
 		Node: g.Node, Type: typ, ID: fmt.Sprint(g.VMID), User: "root@pam",
-		Goal: goal, Namespace: g.Namespace(), Name: g.Name(), UID: g.VM.UID,
+		Goal: goal, Namespace: g.Namespace(), Name: g.Name(), UID: g.VM().UID,
 		Log: []string{fmt.Sprintf("%s %d", typ, g.VMID)},
 	}
 }
@@ -133,7 +133,7 @@ func TestTaskGoals(t *testing.T) {
 		act:      call(func(ctx context.Context, c *Cluster, g Guest) error { return c.StopVM(ctx, g, nil) }),
 		wantExit: translate.ExitOK,
 		check: func(t *testing.T, _ *env, c *Cluster, g Guest) {
-			if g := mustGuest(t, c, g.VMID); g.VMI != nil && !g.VMI.IsFinal() {
+			if g := mustGuest(t, c, g.VMID); g.VMI() != nil && !g.VMI().IsFinal() {
 				t.Errorf("task ended but the VMI is %s", vmiState(c, g.VMID))
 			}
 		},
@@ -151,7 +151,7 @@ func TestTaskGoals(t *testing.T) {
 		name: "restarted needs a new instance", vmid: 100, prepare: waitUp,
 		spec: func(g Guest) TaskSpec {
 			s := specFor(g, GoalRestarted, translate.TaskReboot)
-			s.PrevVMI = g.VMI.UID
+			s.PrevVMI = g.VMI().UID
 			return s
 		},
 		act: func(t *testing.T, e *env, c *Cluster, g Guest) {
@@ -168,8 +168,8 @@ func TestTaskGoals(t *testing.T) {
 		wantExit: translate.ExitOK,
 		check: func(t *testing.T, _ *env, c *Cluster, g Guest) {
 			now := mustGuest(t, c, g.VMID)
-			if now.VMI == nil || now.VMI.UID == g.VMI.UID {
-				t.Errorf("task ended on instance %s (old %s)", vmiState(c, g.VMID), g.VMI.UID)
+			if now.VMI() == nil || now.VMI().UID == g.VMI().UID {
+				t.Errorf("task ended on instance %s (old %s)", vmiState(c, g.VMID), g.VMI().UID)
 			}
 		},
 	}, {
@@ -199,7 +199,7 @@ func TestTaskGoals(t *testing.T) {
 		name: "deadline passed", vmid: 101,
 		prepare: func(t *testing.T, _ *env, c *Cluster, g Guest) {
 			eventually(t, "the printable status", func() (bool, string) {
-				s := mustGuest(t, c, g.VMID).VM.Status.PrintableStatus
+				s := mustGuest(t, c, g.VMID).VM().Status.PrintableStatus
 				return s == kubevirtv1.VirtualMachineStatusStopped, string(s)
 			})
 		},
@@ -402,7 +402,7 @@ func TestTaskList(t *testing.T) {
 		}
 	}
 	g := mustGuest(t, c, 101)
-	begun, err := c.Tasks.Begin(e.ctx, TaskSpec{Node: "n1", Type: translate.TaskConfig, ID: "101", User: "root@pam", Namespace: g.Namespace(), Name: g.Name(), UID: g.VM.UID})
+	begun, err := c.Tasks.Begin(e.ctx, TaskSpec{Node: "n1", Type: translate.TaskConfig, ID: "101", User: "root@pam", Namespace: g.Namespace(), Name: g.Name(), UID: g.VM().UID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -646,7 +646,7 @@ func TestTaskStopAfterPendingStart(t *testing.T) {
 	}
 	eventually(t, "the start request in the cache", func() (bool, string) {
 		g = mustGuest(t, c, 101)
-		return StartPending(g.VM), fmt.Sprint(g.VM.Status.StateChangeRequests)
+		return StartPending(g.VM()), fmt.Sprint(g.VM().Status.StateChangeRequests)
 	})
 	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStoppedAfterStart, translate.TaskStop))
 	if err != nil {
@@ -661,7 +661,7 @@ func TestTaskStopAfterPendingStart(t *testing.T) {
 	// KubeVirt acts on the start: the instance, then the request dropped.
 	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{
 		Name: g.Name(), Namespace: g.Namespace(),
-		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(g.VM, kubevirtv1.VirtualMachineGroupVersionKind)},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(g.VM(), kubevirtv1.VirtualMachineGroupVersionKind)},
 	}, Status: kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Scheduling}}
 	if _, err := e.kv.KubevirtV1().VirtualMachineInstances(g.Namespace()).Create(e.ctx, vmi, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -707,7 +707,7 @@ func TestTaskStopAfterFailedStart(t *testing.T) {
 	}
 	eventually(t, "the start request in the cache", func() (bool, string) {
 		g = mustGuest(t, c, 101)
-		return StartPending(g.VM), fmt.Sprint(g.VM.Status.StateChangeRequests)
+		return StartPending(g.VM()), fmt.Sprint(g.VM().Status.StateChangeRequests)
 	})
 	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStoppedAfterStart, translate.TaskStop))
 	if err != nil {
@@ -741,7 +741,7 @@ func TestTaskStopAfterStartOfDeletedVM(t *testing.T) {
 	}
 	eventually(t, "the start request in the cache", func() (bool, string) {
 		g = mustGuest(t, c, 101)
-		return StartPending(g.VM), fmt.Sprint(g.VM.Status.StateChangeRequests)
+		return StartPending(g.VM()), fmt.Sprint(g.VM().Status.StateChangeRequests)
 	})
 	task, err := c.Tasks.Begin(e.ctx, specFor(g, GoalStoppedAfterStart, translate.TaskStop))
 	if err != nil {

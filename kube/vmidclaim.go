@@ -11,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	kubevirtv1 "kubevirt.io/api/core/v1"
-
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
@@ -119,7 +117,7 @@ func (c *Cluster) vmidClaimed(vmid string) (bool, string) {
 	if time.Since(cm.CreationTimestamp.Time) < claimInFlight {
 		return true, claimNode(cm, "")
 	}
-	vm := cached[kubevirtv1.VirtualMachine](c.vms, cm.Data["namespace"], cm.Data["name"])
+	vm := c.cachedVM(cm.Data["namespace"], cm.Data["name"])
 	if vm == nil {
 		return false, ""
 	}
@@ -177,7 +175,7 @@ func (cl *vmidClaim) release(ctx context.Context) {
 // create committed it; before that its vmid label), and a claim not
 // committed is past claimInFlight. A claim of a live VM costs no call.
 func (c *Cluster) claimStale(cm *corev1.ConfigMap, now time.Time) bool {
-	vm := cached[kubevirtv1.VirtualMachine](c.vms, cm.Data["namespace"], cm.Data["name"])
+	vm := c.cachedVM(cm.Data["namespace"], cm.Data["name"]).meta()
 	if uid := cm.Data["uid"]; uid != "" {
 		return vm == nil || string(vm.UID) != uid
 	}

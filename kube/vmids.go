@@ -126,7 +126,7 @@ func (c *Cluster) table() *vmidTable {
 	objs := c.vms.list()
 	vms := make([]*kubevirtv1.VirtualMachine, 0, len(objs))
 	for _, o := range objs {
-		vms = append(vms, o.(*kubevirtv1.VirtualMachine))
+		vms = append(vms, o.(*packedVM).VirtualMachine)
 	}
 	t := buildVMIDTable(vms)
 	t.gen = gen

@@ -64,7 +64,7 @@ func TestCloneState(t *testing.T) {
 	}
 
 	src, _ := c.StateClaim(ctx, "default", "win-11")
-	made := mustGuest(t, c, 101).VM.DeepCopy()
+	made := mustGuest(t, c, 101).VM().DeepCopy()
 	made.ObjectMeta = metav1.ObjectMeta{Name: "copy", Namespace: "default", UID: "copy-uid"}
 	const state = "persistent-state-for-copy" // the clone task's Object
 	if dv, err := c.CloneState(ctx, &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}}, nil); dv != nil || err != nil {
@@ -166,7 +166,7 @@ func TestStateCopyFailureEndsClone(t *testing.T) {
 	c := poolCluster(t, Options{AssumeKubeVirtAPIs: true})
 	ctx := context.Background()
 	c.Tasks.Interval = 20 * time.Millisecond
-	vm := mustGuest(t, c, 100).VM
+	vm := mustGuest(t, c, 100).VM()
 	dv := StateDataVolume(vm, stateClaim("default", "persistent-state-for-win-11-x7k2p", "win-11", "1Gi", false))
 	dv.Status.Conditions = []cdiv1.DataVolumeCondition{cond(cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiCloneWithoutSource,
 		"The source pvc persistent-state-for-win-11-x7k2p doesn't exist")}
@@ -190,7 +190,7 @@ func TestStateCopyFailureEndsClone(t *testing.T) {
 		cached := c.DataVolume("default", dv.Name)
 		return cached != nil && len(cached.Status.Conditions) > 0, "not yet"
 	})
-	if msg := c.stateCopyFailure(mustGuest(t, c, 100).VM, dv.Name); msg != "" {
+	if msg := c.stateCopyFailure(mustGuest(t, c, 100).VM(), dv.Name); msg != "" {
 		t.Fatalf("an earlier VM's state copy fails the clone: %q", msg)
 	}
 	if err := c.own.cdi.CdiV1beta1().DataVolumes("default").Delete(ctx, dv.Name, metav1.DeleteOptions{}); err != nil {
@@ -198,7 +198,7 @@ func TestStateCopyFailureEndsClone(t *testing.T) {
 	}
 	create(dv)
 	eventually(t, "the clone's state copy to fail", func() (bool, string) {
-		msg := c.stateCopyFailure(mustGuest(t, c, 100).VM, dv.Name)
+		msg := c.stateCopyFailure(mustGuest(t, c, 100).VM(), dv.Name)
 		return msg != "", "none"
 	})
 	spec := specFor(mustGuest(t, c, 100), GoalProvisioned, translate.TaskClone)
@@ -220,7 +220,7 @@ func TestCloneTaskWaitsForState(t *testing.T) {
 	c := poolCluster(t, Options{AssumeKubeVirtAPIs: true})
 	ctx := context.Background()
 	g := mustGuest(t, c, 101)
-	vm := g.VM.DeepCopy()
+	vm := g.VM().DeepCopy()
 	vm.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusStopped
 	if _, err := c.own.kv.KubevirtV1().VirtualMachines(vm.Namespace).UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

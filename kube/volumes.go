@@ -208,6 +208,15 @@ func dataVolumeSettled(dv *cdiv1.DataVolume) bool {
 // ClaimUsers lists the cached VMs of ns that keep data on the claim name
 // or refer to it (translate.VolumeClaims), except the VM with UID except.
 func (c *Cluster) ClaimUsers(ns, name string, except types.UID) []*kubevirtv1.VirtualMachine {
+	var out []*kubevirtv1.VirtualMachine
+	for _, p := range c.claimUsers(ns, name, except) {
+		out = append(out, p.full())
+	}
+	return out
+}
+
+// claimUsers is ClaimUsers of the packed VMs, by name.
+func (c *Cluster) claimUsers(ns, name string, except types.UID) []*packedVM {
 	inf := c.vms.informerFor(ns)
 	if inf == nil {
 		return nil
@@ -218,13 +227,13 @@ func (c *Cluster) ClaimUsers(ns, name string, except types.UID) []*kubevirtv1.Vi
 	if err != nil {
 		return nil
 	}
-	var out []*kubevirtv1.VirtualMachine
+	var out []*packedVM
 	for _, o := range objs {
-		vm, ok := o.(*kubevirtv1.VirtualMachine)
+		vm, ok := o.(*packedVM)
 		if !ok || vm.Namespace != ns || (except != "" && vm.UID == except) {
 			continue
 		}
-		if slices.Contains(translate.VolumeClaims(vm), name) {
+		if slices.Contains(vm.claims, name) {
 			out = append(out, vm)
 		}
 	}
@@ -239,7 +248,7 @@ func (c *Cluster) ClaimUsers(ns, name string, except types.UID) []*kubevirtv1.Vi
 // the caller may read DataVolumes; one without its PVC exists only for a
 // moment). An error means the answer is unknown.
 func (c *Cluster) VolumeNameTaken(ctx context.Context, ns, name string) (bool, error) {
-	if c.CachedPVC(ns, name) != nil || len(c.ClaimUsers(ns, name, "")) > 0 {
+	if c.CachedPVC(ns, name) != nil || len(c.claimUsers(ns, name, "")) > 0 {
 		return true, nil
 	}
 	// As the plugin: a claim the caller cannot read still takes the name.

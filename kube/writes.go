@@ -63,8 +63,8 @@ func (c *Cluster) dropStale(prev map[string]string) {
 	if prev == nil || prev["uid"] == "" {
 		return
 	}
-	if vm := cached[kubevirtv1.VirtualMachine](c.vms, prev["namespace"], prev["name"]); vm != nil && string(vm.UID) == prev["uid"] {
-		c.vms.drop(vm)
+	if vm := c.cachedVM(prev["namespace"], prev["name"]); vm != nil && string(vm.UID) == prev["uid"] {
+		c.vms.drop(vm.VirtualMachine)
 		c.vmidGen.Add(1)
 		c.guestGen.Add(1)
 	}
@@ -73,7 +73,7 @@ func (c *Cluster) dropStale(prev map[string]string) {
 // DeleteVM deletes the VM, guarded by its UID. Owned objects (the VMI,
 // DataVolumes created with it) are removed by the garbage collector.
 func (c *Cluster) DeleteVM(ctx context.Context, g Guest) error {
-	uid := g.VM.UID
+	uid := g.Meta().UID
 	// Background, not foreground: foreground deletion waits on the garbage
 	// collector, and the delete task must end when the VM object is gone.
 	bg := metav1.DeletePropagationBackground
@@ -94,29 +94,29 @@ func jsonPointerEscape(s string) string {
 // overwritten with a stale view.
 func (c *Cluster) ReplaceVM(ctx context.Context, g Guest, want *kubevirtv1.VirtualMachine, annotations ...string) (*kubevirtv1.VirtualMachine, error) {
 	ops := []patchOp{
-		{Op: "test", Path: "/metadata/uid", Value: string(g.VM.UID)},
-		{Op: "test", Path: "/metadata/resourceVersion", Value: g.VM.ResourceVersion},
+		{Op: "test", Path: "/metadata/uid", Value: string(g.Meta().UID)},
+		{Op: "test", Path: "/metadata/resourceVersion", Value: g.Meta().ResourceVersion},
 		{Op: "replace", Path: "/spec/template/spec", Value: want.Spec.Template.Spec},
 		{Op: "add", Path: "/spec/dataVolumeTemplates", Value: want.Spec.DataVolumeTemplates},
 	}
 	if want.Spec.RunStrategy != nil {
 		ops = append(ops, patchOp{Op: "add", Path: "/spec/runStrategy", Value: string(*want.Spec.RunStrategy)})
 	}
-	if g.VM.Annotations == nil {
+	if g.Meta().Annotations == nil {
 		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
 	}
 	for _, k := range annotations {
 		if v, ok := want.Annotations[k]; ok {
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(k), Value: v})
-		} else if _, had := g.VM.Annotations[k]; had {
+		} else if _, had := g.Meta().Annotations[k]; had {
 			ops = append(ops, patchOp{Op: "remove", Path: "/metadata/annotations/" + jsonPointerEscape(k)})
 		}
 	}
-	if g.VM.Labels == nil {
+	if g.Meta().Labels == nil {
 		ops = append(ops, patchOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{}})
 	}
 	for k, v := range want.Labels {
-		if g.VM.Labels[k] != v {
+		if g.Meta().Labels[k] != v {
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/labels/" + jsonPointerEscape(k), Value: v})
 		}
 	}

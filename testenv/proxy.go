@@ -68,6 +68,11 @@ func (e *Env) NewProxy() (*Proxy, error) {
 		TLSClientConfig:     &tls.Config{RootCAs: e.pki.certPool()},
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 100,
+		// Pass the client's Accept-Encoding through as it is: Go's transport
+		// would otherwise ask kube-apiserver for gzip on behalf of a client
+		// that did not, and inflate the answer itself, so that kube-apiserver
+		// compressed whatever the client asked.
+		DisableCompression: true,
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {

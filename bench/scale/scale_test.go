@@ -69,8 +69,8 @@ func BenchmarkScale(b *testing.B) {
 		env := testenv.StartT(b, testenv.Options{Seed: true})
 		r.populate = populate(b, env, n)
 		px := newCountingProxy(b, env)
-		p := startPlugin(b, px.kubeconfig(b), n)
-		r.ready, r.rssReady = p.ready, p.rss()
+		p := startPlugin(b, testcaddy.Binary(b), px.kubeconfig(b), n)
+		r.ready, r.cpuReady, r.rssReady = p.ready, p.cpuAtReady, p.rss()
 		r.listsAtStart = px.snapshot()
 
 		// respond routes carrying the API's own answers, loaded into the
@@ -254,7 +254,9 @@ func newCountingProxy(b *testing.B, env *testenv.Env) *countingProxy {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(env.CAData)
 	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64}
+	// DisableCompression: the plugin's Accept-Encoding passes through as
+	// it is (see testenv's proxy).
+	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64, DisableCompression: true}
 	rp.FlushInterval = -1
 	p := &countingProxy{rp: rp, env: env, counts: map[string]int{}, watches: map[*http.Request]context.CancelFunc{}}
 	// TLS: client-go sends no bearer token over plain HTTP.
@@ -328,6 +330,11 @@ func (p *countingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w, head: func(code int) { p.count(what+" "+res, code) }}
 	p.rp.ServeHTTP(sw, r)
 	sw.WriteHeader(http.StatusBadGateway) // no answer at all
+	if what == "list" {
+		p.mu.Lock()
+		p.counts["bytes "+res] += int(sw.bytes) // as sent, compressed or not
+		p.mu.Unlock()
+	}
 	if cancel != nil {
 		p.mu.Lock()
 		delete(p.watches, r)
@@ -350,8 +357,9 @@ func (p *countingProxy) count(key string, code int) {
 // statusWriter tells head the status of the answer, once.
 type statusWriter struct {
 	http.ResponseWriter
-	head func(code int)
-	done bool
+	head  func(code int)
+	done  bool
+	bytes int64
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -365,7 +373,9 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	w.WriteHeader(http.StatusOK)
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
 
 func (w *statusWriter) Flush() {
@@ -400,6 +410,17 @@ func (p *countingProxy) snapshot() counts {
 		out[k] = v
 	}
 	return out
+}
+
+// listBytes is how many bytes the lists' answers took, as sent.
+func (c counts) listBytes() int {
+	n := 0
+	for k, v := range c {
+		if strings.HasPrefix(k, "bytes ") {
+			n += v
+		}
+	}
+	return n
 }
 
 // lists is the number of successful lists of any resource.
@@ -457,10 +478,23 @@ type plugin struct {
 	kubeconfig, dir string
 	port, adminPort int
 	ready           time.Duration
+	cpuAtReady      time.Duration // the process's CPU time (user and system) then
 	client          *http.Client
 	node            string
 	vmid            int
 	out             *bytes.Buffer
+	exited          chan struct{}
+}
+
+// stop ends the process (SIGTERM, then SIGKILL after 10 s).
+func (p *plugin) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
 }
 
 func (p *plugin) config(static map[string][]byte) []byte {
@@ -488,17 +522,22 @@ func (p *plugin) config(static map[string][]byte) []byte {
 	return buf
 }
 
-// startPlugin runs ./caddy and returns once it answers /cluster/resources
-// with every VM, timing that from the process's start.
-func startPlugin(b *testing.B, kubeconfig string, n int) *plugin {
+// startPlugin runs bin (./caddy) and returns once it answers
+// /cluster/resources with every VM, timing that from the process's start.
+func startPlugin(b *testing.B, bin, kubeconfig string, n int) *plugin {
+	return startPluginThen(b, bin, kubeconfig, n, nil)
+}
+
+// startPluginThen is startPlugin calling during (if set) in a goroutine
+// once the process runs, with its admin address.
+func startPluginThen(b *testing.B, bin, kubeconfig string, n int, during func(admin string)) *plugin {
 	p := &plugin{kubeconfig: kubeconfig, dir: b.TempDir(), port: testcaddy.FreePort(b), adminPort: testcaddy.FreePort(b),
-		client: benchload.Client(8), out: &bytes.Buffer{}}
+		client: benchload.Client(8), out: &bytes.Buffer{}, exited: make(chan struct{})}
 	p.base, p.admin = "http://127.0.0.1:"+strconv.Itoa(p.port), "http://127.0.0.1:"+strconv.Itoa(p.adminPort)
 	file := filepath.Join(p.dir, "caddy.json")
 	if err := os.WriteFile(file, p.config(nil), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	bin := testcaddy.Binary(b)
 	p.cmd = exec.Command(bin, "run", "--config", file)
 	p.cmd.Env = append(os.Environ(), "HOME="+p.dir, "XDG_DATA_HOME="+p.dir, "XDG_CONFIG_HOME="+p.dir)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -507,21 +546,17 @@ func startPlugin(b *testing.B, kubeconfig string, n int) *plugin {
 	if err := p.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	exited := make(chan struct{})
+	exited := p.exited
 	go func() { _ = p.cmd.Wait(); close(exited) }()
-	b.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-exited
-		}
-	})
+	b.Cleanup(p.stop)
+	if during != nil {
+		go during(p.admin)
+	}
 	deadline := start.Add(10 * time.Minute)
 	for {
 		if body, code := p.try("/api2/json/cluster/resources?type=vm"); code == 200 && bytes.Count(body, []byte(`"type":"qemu"`)) >= n {
 			p.ready = time.Since(start)
+			p.cpuAtReady = cpuOf(p.cmd.Process.Pid)
 			p.pick(b, body)
 			return p
 		}
@@ -734,6 +769,7 @@ func (p *plugin) during(b *testing.B, event func(), px *countingProxy) episode {
 type report struct {
 	vms              int
 	populate, ready  time.Duration
+	cpuReady         time.Duration
 	rssReady, rssEnd int64
 	listsAtStart     counts
 	reloadLists      int
@@ -759,6 +795,7 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%-58s %16s %10s %4s\n", "measure", "value", "goal", "ok")
 	row("ready to serve after start (all VMs listed)", r.ready.Round(10*time.Millisecond).String(), "<= 5s", r.ready <= 5*time.Second)
+	row("  plugin CPU time by then", r.cpuReady.Round(10*time.Millisecond).String(), "", true)
 	row("  lists made at start", r.listsAtStart.listsSince(nil), "", true)
 	row("whole-process RSS when ready", mib(r.rssReady), "", true)
 	row("whole-process RSS at the end", mib(r.rssEnd), "", true)

@@ -104,7 +104,7 @@ func TestCloudInitSecretFollowsConfig(t *testing.T) {
 	// A Secret that missed a change (a write that failed halfway, a kubectl
 	// edit) is rendered again from the config; the password stays.
 	g, _ = c.Guest(vmid)
-	if err := c.ApplySecret(context.Background(), g.VM, translate.CloudInitSecretName(vmid),
+	if err := c.ApplySecret(context.Background(), g.VM(), translate.CloudInitSecretName(vmid),
 		map[string][]byte{"userdata": []byte("stale"), "networkdata": []byte("stale"), "cipassword": []byte("hunter2")}); err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +130,12 @@ func TestCloudInitSecretFollowsConfig(t *testing.T) {
 	var cfg map[string]any
 	_ = json.Unmarshal(mustCall(t, h, "GET", "/nodes/"+node+"/qemu/"+dst+"/config", nil), &cfg)
 	smbios, _ := cfg["smbios1"].(string)
-	fw := clone.VM.Spec.Template.Spec.Domain.Firmware
+	fw := clone.VM().Spec.Template.Spec.Domain.Firmware
 	if !strings.HasPrefix(smbios, "manufacturer=ACME,uuid=") || strings.Contains(smbios, "11111111-2222") || fw == nil ||
 		"manufacturer=ACME,uuid="+string(fw.UUID) != smbios || len(fw.UUID) != 36 {
 		t.Fatalf("clone smbios1 %q firmware %+v", smbios, fw)
 	}
-	mac := strings.ToLower(clone.VM.Spec.Template.Spec.Domain.Devices.Interfaces[0].MacAddress)
+	mac := strings.ToLower(clone.VM().Spec.Template.Spec.Domain.Devices.Interfaces[0].MacAddress)
 	if s := cloudInitSecret(t, c, clone); !strings.Contains(s["networkdata"], mac) || s["cipassword"] != "hunter2" {
 		t.Fatalf("clone Secret %v (MAC %s)", s, mac)
 	}

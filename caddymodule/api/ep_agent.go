@@ -23,13 +23,13 @@ func (h *APIHandler) getAgentIndex(q *request) (any, *apiError) {
 // must be configured, the VM running, and the agent answering (KubeVirt's
 // AgentConnected condition).
 func agentReady(g kube.Guest) *apiError {
-	if !translate.AgentEnabled(translate.AgentConfig(g.VM)) {
+	if !translate.AgentEnabled(translate.AgentConfig(g.VM())) {
 		return newError(http.StatusInternalServerError, "No QEMU guest agent configured")
 	}
-	if g.VMI == nil || g.VMI.Status.Phase != kubevirtv1.Running {
+	if g.InstanceMeta() == nil || g.InstanceMeta().Status.Phase != kubevirtv1.Running {
 		return newError(http.StatusInternalServerError, "VM %d is not running", g.VMID)
 	}
-	for _, c := range g.VMI.Status.Conditions {
+	for _, c := range g.InstanceMeta().Status.Conditions {
 		if c.Type == kubevirtv1.VirtualMachineInstanceAgentConnected && c.Status == corev1.ConditionTrue {
 			return nil
 		}
@@ -52,12 +52,12 @@ func (h *APIHandler) getAgent(q *request) (any, *apiError) {
 	if e := agentReady(g); e != nil {
 		return nil, e
 	}
-	st := g.VMI.Status
+	st := g.VMI().Status
 	switch cmd {
 	case "ping":
 		return map[string]any{"result": map[string]any{}}, nil
 	case "get-host-name":
-		name := g.VMI.Spec.Hostname
+		name := g.VMI().Spec.Hostname
 		if name == "" {
 			name = g.Name()
 		}

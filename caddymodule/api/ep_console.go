@@ -90,10 +90,10 @@ func (h *APIHandler) postQemuTermProxy(q *request) (any, *apiError) {
 
 // consoleRefusal checks that g can serve a console of kind now.
 func consoleRefusal(g kube.Guest, kind string) *apiError {
-	if !g.State().Running() || g.VMI == nil {
+	if !g.State().Running() || g.InstanceMeta() == nil {
 		return notRunning(g)
 	}
-	dev := g.VMI.Spec.Domain.Devices
+	dev := g.VMI().Spec.Domain.Devices
 	if kind == kube.ConsoleVNC && dev.AutoattachGraphicsDevice != nil && !*dev.AutoattachGraphicsDevice {
 		return newError(http.StatusInternalServerError, "VM %d has no display (autoattachGraphicsDevice is false)", g.VMID)
 	}

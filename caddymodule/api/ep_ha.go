@@ -72,7 +72,7 @@ func (h *APIHandler) getHAResources(q *request) (any, *apiError) {
 		return out, nil
 	}
 	for _, g := range h.visibleGuests(q) {
-		if c, ok := translate.HAConfigOf(g.VM); ok {
+		if c, ok := translate.HAConfigOf(g.Meta()); ok {
 			out = append(out, haRow(sidOf(g.VMID), c, digest))
 		}
 	}
@@ -107,7 +107,7 @@ func (h *APIHandler) getHAResource(q *request) (any, *apiError) {
 		}
 		return nil, e
 	}
-	c, ok := translate.HAConfigOf(g.VM)
+	c, ok := translate.HAConfigOf(g.Meta())
 	if !ok {
 		return nil, newError(http.StatusInternalServerError, "no such resource '%s'", sid)
 	}
@@ -179,7 +179,7 @@ func (h *APIHandler) postHAResource(q *request) (any, *apiError) {
 	if t, ok := q.p["type"]; ok && t != "vm" {
 		return nil, newError(http.StatusInternalServerError, "types does not match")
 	}
-	if _, ok := translate.HAConfigOf(g.VM); ok {
+	if _, ok := translate.HAConfigOf(g.Meta()); ok {
 		return nil, newError(http.StatusInternalServerError, "resource ID '%s' already defined", full)
 	}
 	if g.Template() {
@@ -201,7 +201,7 @@ func (h *APIHandler) putHAResource(q *request) (any, *apiError) {
 	if t, ok := q.p["type"]; ok && t != "vm" {
 		return nil, newError(http.StatusInternalServerError, "types does not match")
 	}
-	c, ok := translate.HAConfigOf(g.VM)
+	c, ok := translate.HAConfigOf(g.Meta())
 	if !ok {
 		return nil, newError(http.StatusInternalServerError, "no such resource '%s'", full)
 	}
@@ -250,7 +250,7 @@ func (h *APIHandler) deleteHAResource(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if _, ok := translate.HAConfigOf(g.VM); !ok {
+	if _, ok := translate.HAConfigOf(g.Meta()); !ok {
 		return nil, newError(http.StatusInternalServerError, "cannot delete service '%s', not HA managed!", full)
 	}
 	return nil, h.writeHA(q, g, nil)
@@ -277,7 +277,7 @@ func (h *APIHandler) writeHA(q *request, g kube.Guest, c *translate.HAConfig) *a
 
 // haStatus is the ha object of status/current (get_service_status).
 func haStatus(g kube.Guest) map[string]any {
-	c, ok := translate.HAConfigOf(g.VM)
+	c, ok := translate.HAConfigOf(g.Meta())
 	if !ok || !c.Managed() {
 		return map[string]any{"managed": 0}
 	}
@@ -291,7 +291,7 @@ func haStatus(g kube.Guest) map[string]any {
 // haState is a VM's hastate in /cluster/resources, "" when it is no HA
 // resource.
 func haState(g kube.Guest) string {
-	if c, ok := translate.HAConfigOf(g.VM); ok {
+	if c, ok := translate.HAConfigOf(g.Meta()); ok {
 		return translate.HACRMState(c)
 	}
 	return ""
@@ -361,7 +361,7 @@ func (h *APIHandler) getHAStatus(q *request) (any, *apiError) {
 // that ends once it is requested; KubeVirt then runs or stops the VM (its
 // run strategy). handled is false for VMs the HA stack leaves alone.
 func (h *APIHandler) haPower(q *request, g kube.Guest, action string) (result any, handled bool, e *apiError) {
-	c, ok := translate.HAConfigOf(g.VM)
+	c, ok := translate.HAConfigOf(g.Meta())
 	if !ok || !c.Managed() {
 		return nil, false, nil
 	}
@@ -380,7 +380,7 @@ func (h *APIHandler) haPower(q *request, g kube.Guest, action string) (result an
 	if e := h.writeHA(q, g, &c); e != nil {
 		return nil, true, e
 	}
-	if action == "stop" && g.VMI != nil {
+	if action == "stop" && g.InstanceMeta() != nil {
 		// Hard stop (ha-manager crm-command stop <sid> 0): the run
 		// strategy stops it gracefully, a zero grace period at once.
 		zero := int64(0)

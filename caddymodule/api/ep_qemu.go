@@ -102,7 +102,7 @@ func (h *APIHandler) getQemuConfig(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return translate.ConfigView(g.VM, claimLookup(q, g.Namespace())), nil
+	return translate.ConfigView(g.VM(), claimLookup(q, g.Namespace())), nil
 }
 
 // getQemuPending lists the config as PVE's pending view: entries whose
@@ -112,7 +112,7 @@ func (h *APIHandler) getQemuPending(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return translate.PendingView(g.VM, g.VMI, claimLookup(q, g.Namespace())), nil
+	return translate.PendingView(g.VM(), g.VMI(), claimLookup(q, g.Namespace())), nil
 }
 
 // taskTimeout reads PVE's timeout= (seconds) for power tasks.
@@ -131,11 +131,11 @@ func taskTimeout(q *request, def time.Duration) (time.Duration, *apiError) {
 func (h *APIHandler) taskSpec(q *request, g kube.Guest, typ string, goal kube.Goal, timeout time.Duration, logLine string) kube.TaskSpec {
 	spec := kube.TaskSpec{
 		Node: g.Node, Type: typ, ID: strconv.Itoa(g.VMID), User: q.id.ID(), Goal: goal,
-		Namespace: g.Namespace(), Name: g.Name(), UID: g.VM.UID, Timeout: timeout,
+		Namespace: g.Namespace(), Name: g.Name(), UID: g.Meta().UID, Timeout: timeout,
 		Log: []string{logLine},
 	}
-	if g.VMI != nil {
-		spec.PrevVMI = g.VMI.UID
+	if g.InstanceMeta() != nil {
+		spec.PrevVMI = g.InstanceMeta().UID
 	}
 	return spec
 }
@@ -306,8 +306,8 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		}
 		line := fmt.Sprintf("stopping VM %d (%s/%s)", vmid, g.Namespace(), g.Name())
 		zero := int64(0)
-		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
-			if kube.StartPending(g.VM) {
+		if !g.State().Running() && (g.InstanceMeta() == nil || g.InstanceMeta().IsFinal()) {
+			if kube.StartPending(g.Meta()) {
 				return h.stopAfterStart(q, g, guestTask{typ: translate.TaskStop, timeout: to, log: line}, &zero)
 			}
 			return h.begin(q, g, guestTask{typ: translate.TaskStop, goal: kube.GoalStopped, timeout: to, log: line})
@@ -339,8 +339,8 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		// running and fail the task, which KubeVirt cannot (a stop is
 		// not taken back), and the log says so.
 		grace := int64(to / time.Second)
-		if !g.State().Running() && (g.VMI == nil || g.VMI.IsFinal()) {
-			if kube.StartPending(g.VM) {
+		if !g.State().Running() && (g.InstanceMeta() == nil || g.InstanceMeta().IsFinal()) {
+			if kube.StartPending(g.Meta()) {
 				return h.stopAfterStart(q, g, guestTask{typ: translate.TaskShutdown, timeout: deadline, log: line}, &grace)
 			}
 			return h.begin(q, g, guestTask{typ: translate.TaskShutdown, goal: kube.GoalStopped, timeout: deadline, log: line})
@@ -392,7 +392,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 		}
 		return h.begin(q, g, guestTask{typ: translate.TaskSuspend, goal: kube.GoalPaused, timeout: time.Minute, log: fmt.Sprintf("suspending VM %d", vmid)})
 	case "resume":
-		if g.VMI == nil || g.VMI.IsFinal() {
+		if g.InstanceMeta() == nil || g.InstanceMeta().IsFinal() {
 			return nil, notRunning(g)
 		}
 		if err := c.UnpauseVM(q.ctx(), g); err != nil {

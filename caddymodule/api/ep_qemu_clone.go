@@ -59,7 +59,7 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	if e := vmidFree(q, newID, node); e != nil {
 		return nil, e
 	}
-	vm, errs := translate.CloneVM(g.VM, translate.CloneRequest{
+	vm, errs := translate.CloneVM(g.VM(), translate.CloneRequest{
 		NewID: newID, Node: node, Namespace: ns, Name: q.p["name"], Description: q.p["description"], Storage: q.p["storage"],
 		NameTaken:   func(name string) bool { return q.c.VMNameTaken(ns, name) },
 		VolumeTaken: func(name string) (bool, error) { return q.c.VolumeNameTaken(q.ctx(), ns, name) },
@@ -71,7 +71,7 @@ func (h *APIHandler) postQemuClone(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if claim := clonesClaim(vm); claim != "" && g.VMI != nil && !g.VMI.IsFinal() {
+	if claim := clonesClaim(vm); claim != "" && g.InstanceMeta() != nil && !g.InstanceMeta().IsFinal() {
 		// CDI waits until no pod uses the source claim (CloneSourceInUse):
 		// the clone would hang until the VM stops.
 		return nil, newError(http.StatusInternalServerError,
@@ -109,7 +109,7 @@ func (h *APIHandler) copyCloudInit(q *request, src, clone kube.Guest) *apiError 
 	if s, err := q.c.Secret(q.ctx(), src.Namespace(), translate.CloudInitSecretName(src.VMID)); err == nil {
 		password = string(s.Data["cipassword"])
 	}
-	return h.applyCloudInit(q, clone.VMID, clone.VM, password, true)
+	return h.applyCloudInit(q, clone.VMID, clone.VM(), password, true)
 }
 
 // clonesClaim names the first source claim the clone's DataVolumes copy
@@ -127,7 +127,7 @@ func clonesClaim(vm *kubevirtv1.VirtualMachine) string {
 // state (PVE's efidisk0 and tpmstate0, which its clone copies); nil when
 // the source has none (never started).
 func (h *APIHandler) stateToClone(q *request, g kube.Guest) (*corev1.PersistentVolumeClaim, *apiError) {
-	if g.VM.Spec.Template == nil || !translate.HasPersistentState(&g.VM.Spec.Template.Spec) {
+	if g.VM().Spec.Template == nil || !translate.HasPersistentState(&g.VM().Spec.Template.Spec) {
 		return nil, nil
 	}
 	claim, err := q.c.StateClaim(q.ctx(), g.Namespace(), g.Name())
@@ -137,7 +137,7 @@ func (h *APIHandler) stateToClone(q *request, g kube.Guest) (*corev1.PersistentV
 	if claim == nil {
 		return nil, nil
 	}
-	if g.VMI != nil && !g.VMI.IsFinal() {
+	if g.InstanceMeta() != nil && !g.InstanceMeta().IsFinal() {
 		// The running guest's launcher pod mounts the claim: CDI would wait
 		// for it to stop (CloneSourceInUse).
 		return nil, newError(http.StatusInternalServerError,

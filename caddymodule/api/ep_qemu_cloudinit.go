@@ -18,7 +18,7 @@ func (h *APIHandler) getQemuCloudinit(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	return translate.CloudInitView(g.VM), nil
+	return translate.CloudInitView(g.VM()), nil
 }
 
 // putQemuCloudinit is PUT …/cloudinit, "Regenerate and change cloudinit
@@ -44,7 +44,7 @@ func (h *APIHandler) putQemuCloudinit(q *request) (any, *apiError) {
 	if err != nil {
 		return nil, kubeError(err)
 	}
-	return nil, h.applyCloudInit(q, fresh.VMID, fresh.VM, "", true)
+	return nil, h.applyCloudInit(q, fresh.VMID, fresh.VM(), "", true)
 }
 
 // getQemuCloudinitDump is GET …/cloudinit/dump?type=user|network|meta: the
@@ -71,9 +71,9 @@ func (h *APIHandler) getQemuCloudinitDump(q *request) (any, *apiError) {
 		return nil, e
 	}
 	if typ == "meta" {
-		return translate.CloudInitMetaData(g.VM), nil
+		return translate.CloudInitMetaData(g.VM()), nil
 	}
-	if secret, user, network := translate.CloudInitSource(g.VM); secret == "" && user+network != "" {
+	if secret, user, network := translate.CloudInitSource(g.VM()); secret == "" && user+network != "" {
 		// A VM made elsewhere, its data written into the drive itself.
 		if typ == "user" {
 			return user, nil
@@ -81,12 +81,12 @@ func (h *APIHandler) getQemuCloudinitDump(q *request) (any, *apiError) {
 		return network, nil
 	}
 	password := ""
-	if typ == "user" && translate.StoredConfig(g.VM)["cipassword"] != "" {
+	if typ == "user" && translate.StoredConfig(g.VM())["cipassword"] != "" {
 		if password, e = h.cloudInitPassword(q, g); e != nil {
 			return nil, e
 		}
 	}
-	user, network, err := renderCloudInit(g.VM, password)
+	user, network, err := renderCloudInit(g.VM(), password)
 	if err != nil {
 		return nil, newError(http.StatusInternalServerError, "%v", err)
 	}

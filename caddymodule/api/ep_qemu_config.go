@@ -111,7 +111,7 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 		return g, e
 	}
 	if r := q.p["revert"]; r != "" {
-		if deletes, e = revertPending(translate.PendingView(g.VM, g.VMI, claimLookup(q, g.Namespace())), splitKeyList(r), cfg, deletes); e != nil {
+		if deletes, e = revertPending(translate.PendingView(g.VM(), g.VMI(), claimLookup(q, g.Namespace())), splitKeyList(r), cfg, deletes); e != nil {
 			return g, e
 		}
 	}
@@ -147,13 +147,13 @@ func (h *APIHandler) updateConfig(q *request) (kube.Guest, *apiError) {
 	digest := q.p["digest"]
 	var destroy []string
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
-		if digest != "" && translate.ConfigView(g.VM, claimLookup(q, g.Namespace()))["digest"] != digest {
+		if digest != "" && translate.ConfigView(g.VM(), claimLookup(q, g.Namespace()))["digest"] != digest {
 			// PVE's assert_if_modified dies: a 500 whose reason clients show.
 			return nil, newError(http.StatusInternalServerError, "%v", kube.ErrModified)
 		}
 		req := h.vmRequest(q, g.VMID, g.Node, g.Namespace(), cfg)
 		req.Force = force
-		u, errs := translate.UpdateVMChange(g.VM, req, deletes)
+		u, errs := translate.UpdateVMChange(g.VM(), req, deletes)
 		if len(errs) > 0 {
 			return nil, paramError(errs)
 		}
@@ -188,10 +188,10 @@ func mayDestroy(q *request, g kube.Guest, names []string) *apiError {
 	dataVolume := false // a claim goes with its DataVolume
 	claims := claimLookup(q, ns)
 	for _, n := range names {
-		if users := q.c.ClaimUsers(ns, n, g.VM.UID); len(users) > 0 {
+		if users := q.c.ClaimUsers(ns, n, g.VM().UID); len(users) > 0 {
 			return newError(http.StatusInternalServerError, "volume '%s' is also used by VirtualMachine %s/%s; not deleting it", n, ns, users[0].Name)
 		}
-		for _, t := range g.VM.Spec.DataVolumeTemplates {
+		for _, t := range g.VM().Spec.DataVolumeTemplates {
 			dataVolume = dataVolume || t.Name == n
 		}
 		// A detached disk's DataVolume has no template left.
@@ -242,7 +242,7 @@ func (h *APIHandler) rewrite(q *request, g kube.Guest, build func(kube.Guest) (*
 		out, err := q.c.ReplaceVM(q.ctx(), g, want, annotations...)
 		if err == nil {
 			if out != nil {
-				g.VM = out
+				g = g.WithVM(out)
 			}
 			return g, nil
 		}
@@ -399,12 +399,12 @@ func (h *APIHandler) postQemuConfig(q *request) (any, *apiError) {
 		return nil, e
 	}
 	t := guestTask{typ: translate.TaskConfig, goal: kube.GoalNone, log: fmt.Sprintf("update VM %d: %s", g.VMID, paramSummary(q.p))}
-	if before.State().Running() && translate.LiveUpdatable(before.VM, g.VM) {
+	if before.State().Running() && translate.LiveUpdatable(before.VM(), g.VM()) {
 		// As qemu-server's hot-plug in the config task: it ends once
 		// KubeVirt has taken the new CPUs or memory into the instance,
 		// or said that they need a restart.
 		spec := h.taskSpec(q, g, translate.TaskConfig, kube.GoalLiveUpdated, liveUpdateWait, t.log)
-		spec.Object = strconv.FormatInt(g.VM.Generation, 10)
+		spec.Object = strconv.FormatInt(g.VM().Generation, 10)
 		return h.beginSpec(q, spec)
 	}
 	return h.begin(q, g, t)
@@ -458,7 +458,7 @@ func (h *APIHandler) putQemuResize(q *request) (any, *apiError) {
 	var cur, newSize int64
 	var claim string
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
-		r, err := translate.ResizeDisk(g.VM, disk, delta, bytes)
+		r, err := translate.ResizeDisk(g.VM(), disk, delta, bytes)
 		switch {
 		case errors.Is(err, translate.ErrShrinkDisk):
 			// qemu-server dies here: a 500, not a parameter error.
@@ -540,7 +540,7 @@ func (h *APIHandler) postQemuTemplate(q *request) (any, *apiError) {
 		return nil, newError(http.StatusInternalServerError, "unable to create template, because VM contains snapshots")
 	}
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
-		want := g.VM.DeepCopy()
+		want := g.VM().DeepCopy()
 		translate.MarkTemplate(want)
 		return want, nil
 	}, translate.AnnotationConfig)

@@ -139,13 +139,13 @@ func (h *APIHandler) deleteQemu(q *request) (any, *apiError) {
 			return nil, e
 		}
 	}
-	cfg := translate.StoredConfig(g.VM)
+	cfg := translate.StoredConfig(g.VM())
 	if p := cfg["protection"]; p == "1" {
 		return nil, newError(http.StatusInternalServerError, "can't remove VM %d - protection mode enabled", g.VMID)
 	}
 	// Its HA config goes with the VM (an annotation): only with purge, as PVE.
 	if purge, _ := q.p.boolean("purge", false); !purge {
-		if _, ha := translate.HAConfigOf(g.VM); ha {
+		if _, ha := translate.HAConfigOf(g.Meta()); ha {
 			return nil, newError(http.StatusInternalServerError, "unable to remove VM %d - used in HA resources and purge parameter not set.", g.VMID)
 		}
 	}

@@ -179,8 +179,8 @@ func (h *APIHandler) postQemuMigrate(q *request) (any, *apiError) {
 	spec.Log, spec.Target = lines, target.Name
 
 	srcKube := ""
-	if g.VMI != nil {
-		srcKube = g.VMI.Status.NodeName
+	if g.InstanceMeta() != nil {
+		srcKube = g.InstanceMeta().Status.NodeName
 	}
 	if live && srcKube != target.KubeName {
 		var refusals []string
@@ -231,7 +231,7 @@ func (h *APIHandler) postQemuMigrate(q *request) (any, *apiError) {
 // "local cdrom image".
 func unsharedClaimRefusals(g kube.Guest, claims []kube.UnsharedClaim) []string {
 	volids := map[string]translate.ConfigVolume{}
-	for _, v := range translate.ConfigVolumes(translate.StoredConfig(g.VM)) {
+	for _, v := range translate.ConfigVolumes(translate.StoredConfig(g.VM())) {
 		volids[v.DriveName] = v
 	}
 	var out []string
@@ -270,10 +270,10 @@ func accessModes(modes []corev1.PersistentVolumeAccessMode) string {
 // notLiveMigratable reads the instance's LiveMigratable condition, which
 // KubeVirt's admission checks before it accepts a migration.
 func notLiveMigratable(g kube.Guest) (reason, msg string, ok bool) {
-	if g.VMI == nil {
+	if g.InstanceMeta() == nil {
 		return "", "", true
 	}
-	for _, cond := range g.VMI.Status.Conditions {
+	for _, cond := range g.InstanceMeta().Status.Conditions {
 		if cond.Type == kubevirtv1.VirtualMachineInstanceIsMigratable && cond.Status == corev1.ConditionFalse {
 			return cond.Reason, cond.Message, false
 		}
@@ -302,7 +302,7 @@ func (h *APIHandler) checkTargetStorage(q *request, g kube.Guest, r migrateReque
 			return newError(http.StatusInternalServerError, "storage '%s' does not exist", t)
 		}
 	}
-	for _, v := range translate.ConfigVolumes(translate.StoredConfig(g.VM)) {
+	for _, v := range translate.ConfigVolumes(translate.StoredConfig(g.VM())) {
 		if v.Storage == "" || v.CDROM {
 			continue
 		}
@@ -328,7 +328,7 @@ func (h *APIHandler) localDisks(g kube.Guest) []localDisk {
 		shared[sc.Name] = s == 1
 	}
 	var out []localDisk
-	for _, v := range translate.ConfigVolumes(translate.StoredConfig(g.VM)) {
+	for _, v := range translate.ConfigVolumes(translate.StoredConfig(g.VM())) {
 		if v.Storage != "" && shared[v.Storage] {
 			continue
 		}
@@ -386,7 +386,7 @@ func (h *APIHandler) getQemuMigrate(q *request) (any, *apiError) {
 		disks = append(disks, row)
 	}
 	resources := []string{}
-	if t := g.VM.Spec.Template; t != nil {
+	if t := g.VM().Spec.Template; t != nil {
 		for _, d := range t.Spec.Domain.Devices.HostDevices {
 			resources = append(resources, "hostdev:"+d.Name)
 		}

@@ -79,11 +79,11 @@ func (h *APIHandler) postQemuMoveDisk(q *request) (any, *apiError) {
 	if e := vmLocked(q.c, g); e != nil {
 		return nil, e
 	}
-	cfg := translate.ConfigView(g.VM, claimLookup(q, g.Namespace()))
+	cfg := translate.ConfigView(g.VM(), claimLookup(q, g.Namespace()))
 	if d := q.p["digest"]; d != "" && cfg["digest"] != d {
 		return nil, newError(http.StatusInternalServerError, "%v", kube.ErrModified)
 	}
-	stored := translate.StoredConfig(g.VM)
+	stored := translate.StoredConfig(g.VM())
 	if _, ok := stored[disk]; !ok {
 		if _, shown := cfg[disk]; shown {
 			return nil, newError(http.StatusInternalServerError, "disk '%s' cannot be moved: it is a disk of the VirtualMachine object not made through this API", disk)
@@ -127,7 +127,7 @@ func (h *APIHandler) postQemuMoveDisk(q *request) (any, *apiError) {
 	var newClaim string
 	g, e = h.rewrite(q, g, func(g kube.Guest) (*kubevirtv1.VirtualMachine, *apiError) {
 		req := h.vmRequest(q, g.VMID, g.Node, g.Namespace(), map[string]string{disk: value})
-		u, errs := translate.UpdateVMChange(g.VM, req, nil)
+		u, errs := translate.UpdateVMChange(g.VM(), req, nil)
 		if len(errs) > 0 {
 			return nil, paramError(errs)
 		}
@@ -168,9 +168,9 @@ func (h *APIHandler) postQemuMoveDisk(q *request) (any, *apiError) {
 // is cached at once), else g's.
 func (h *APIHandler) freshVM(q *request, g kube.Guest) *kubevirtv1.VirtualMachine {
 	if fresh, err := q.c.Refresh(q.ctx(), g); err == nil {
-		return fresh.VM
+		return fresh.VM()
 	}
-	return g.VM
+	return g.VM()
 }
 
 // moveDiskNeeds: VM.Config.Disk on the VM and Datastore.AllocateSpace on

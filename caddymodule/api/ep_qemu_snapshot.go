@@ -194,7 +194,7 @@ func (h *APIHandler) getQemuSnapshotConfig(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	vm := g.VM
+	vm := g.VM()
 	if snap, err := q.c.SnapshotVM(q.ctx(), s.Obj); err == nil && snap != nil {
 		vm = snap
 	}
@@ -253,7 +253,7 @@ func (h *APIHandler) getQemuFeature(q *request) (any, *apiError) {
 			return nil, newError(http.StatusInternalServerError, "snapshot '%s' does not exist", snap)
 		}
 	}
-	running := g.VMI != nil && !g.VMI.IsFinal()
+	running := g.InstanceMeta() != nil && !g.InstanceMeta().IsFinal()
 	var has bool
 	switch feature {
 	case "snapshot":
@@ -261,7 +261,7 @@ func (h *APIHandler) getQemuFeature(q *request) (any, *apiError) {
 	case "copy":
 		has = !running
 	case "clone":
-		has = !running && g.VM.Labels[translate.LabelTemplate] == "true"
+		has = !running && g.Meta().Labels[translate.LabelTemplate] == "true"
 	default:
 		return nil, paramErr("feature", "value '%s' does not have a value in the enumeration 'snapshot, clone, copy'", feature)
 	}

@@ -101,7 +101,7 @@ func (h *APIHandler) getQemuRRDData(q *request) (any, *apiError) {
 		return pts, e
 	}
 	k := rrdKey(q)
-	k.Namespace, k.Name = g.VM.Namespace, g.VM.Name
+	k.Namespace, k.Name = g.Meta().Namespace, g.Meta().Name
 	values := h.history.Get(k)
 	if values == nil {
 		return pts, nil

@@ -50,11 +50,11 @@ func volume(s string, pvc *corev1.PersistentVolumeClaim) contentRow {
 
 // listedVMs is what a storage listing needs of the VMs, by namespace: the
 // templates by vmid (their disks show PVE's base- names,
-// translate.BaseVolume), and the VMs that keep EFI/TPM state by name
-// (their state claim shows as their efidisk0 and tpmstate0 volumes).
+// translate.BaseVolume), and the VMs by name, for a state claim to show
+// as its VM's efidisk0 and tpmstate0 volumes (stateOf).
 type listedVMs struct {
 	templates map[string]bool
-	state     map[string]stateOwner
+	byName    map[string]kube.Guest
 }
 
 // stateOwner is a VM keeping EFI/TPM state: its vmid and the volumes its
@@ -65,18 +65,30 @@ type stateOwner struct {
 }
 
 func listingVMs(q *request) listedVMs {
-	out := listedVMs{templates: map[string]bool{}, state: map[string]stateOwner{}}
-	for _, g := range q.c.Guests() {
+	gs := q.c.Guests()
+	out := listedVMs{templates: map[string]bool{}, byName: make(map[string]kube.Guest, len(gs))}
+	for _, g := range gs {
 		if g.Template() {
 			out.templates[g.Namespace()+"/"+strconv.Itoa(g.VMID)] = true
 		}
-		if g.VM != nil && g.VM.Spec.Template != nil {
-			if vols := translate.StateVolumes(g.VMID, &g.VM.Spec.Template.Spec); len(vols) > 0 {
-				out.state[g.Namespace()+"/"+g.Name()] = stateOwner{vmid: g.VMID, volumes: vols}
-			}
-		}
+		out.byName[g.Namespace()+"/"+g.Name()] = g
 	}
 	return out
+}
+
+// stateOf is the VM ns/name as the owner of its EFI/TPM state claim. Only
+// such an owner's spec is decoded: a listing reads every VM.
+func (l listedVMs) stateOf(ns, name string) (stateOwner, bool) {
+	g, ok := l.byName[ns+"/"+name]
+	if !ok {
+		return stateOwner{}, false
+	}
+	vm := g.VM()
+	if vm == nil || vm.Spec.Template == nil {
+		return stateOwner{}, false
+	}
+	vols := translate.StateVolumes(g.VMID, &vm.Spec.Template.Spec)
+	return stateOwner{vmid: g.VMID, volumes: vols}, len(vols) > 0
 }
 
 // stateVolumeSize is what efidisk0 and tpmstate0 show (size=4M), whatever
@@ -89,7 +101,7 @@ const stateVolumeSize = 4 << 20
 // by the vmid).
 func storageVolumes(s string, pvc *corev1.PersistentVolumeClaim, vms listedVMs) []contentRow {
 	row := volume(s, pvc)
-	if o, ok := vms.state[pvc.Namespace+"/"+translate.StateClaimOwner(pvc.Name, pvc.Labels)]; ok && row.VMID == 0 && row.Content == "images" {
+	if o, ok := vms.stateOf(pvc.Namespace, translate.StateClaimOwner(pvc.Name, pvc.Labels)); ok && row.VMID == 0 && row.Content == "images" {
 		rows := make([]contentRow, 0, len(o.volumes))
 		for _, v := range o.volumes {
 			r := row

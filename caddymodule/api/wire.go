@@ -90,6 +90,9 @@ type guestFacts struct {
 	mem     int64   // bytes in use
 	// cumulative bytes since the instance started
 	netin, netout, diskread, diskwrite int64
+	// runningMachine is the running instance's machine type (read from
+	// its spec here, so that encoding a row never decodes one).
+	runningMachine string
 }
 
 // factsOf computes a VM row's values; c supplies usage metrics (nil: none).
@@ -122,25 +125,26 @@ func snapshotLock(c *kube.Cluster, g kube.Guest) string {
 // factsWith is factsOf with the usage reading (ok: there is one) and the
 // snapshot lock given.
 func factsWith(g kube.Guest, u kube.Usage, ok bool, lock string, now time.Time) guestFacts {
-	cfg := translate.StoredConfig(g.VM)
-	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(translate.AgentConfig(g.VM))}
+	cfg := translate.StoredConfig(g.VM())
+	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(translate.AgentConfig(g.VM()))}
 	// A lock recorded at create or clone holds while the volumes are
 	// provisioned, then lifts by itself.
-	if l := g.VM.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM) {
+	if l := g.VM().Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM()) {
 		f.state.Lock = l
 	}
 	// A snapshot or rollback locks the VM from the moment it is asked for.
 	if f.state.Lock == "" {
 		f.state.Lock = lock
 	}
-	sockets, cores := translate.CPUTopology(g.VM)
+	sockets, cores := translate.CPUTopology(g.VM())
 	f.cpus = sockets * cores
-	f.maxmem = translate.MemoryBytes(g.VM)
+	f.maxmem = translate.MemoryBytes(g.VM())
 	f.maxdisk = maxDisk(g)
 	if f.state.Running() {
-		f.uptime = translate.Uptime(g.VMI, now)
-		if g.VMI != nil {
-			f.pid = translate.PID(g.VMI)
+		f.uptime = translate.Uptime(g.VMI(), now)
+		if g.InstanceMeta() != nil {
+			f.pid = translate.PID(g.VMI())
+			f.runningMachine = translate.RunningMachine(g.VMI())
 		}
 		if ok {
 			has := u.Fields()
@@ -162,7 +166,7 @@ func factsWith(g kube.Guest, u kube.Usage, ok bool, lock string, now time.Time) 
 // maxDisk is the size of the first disk with a known size (PVE reports its
 // boot disk).
 func maxDisk(g kube.Guest) int64 {
-	for _, dv := range g.VM.Spec.DataVolumeTemplates {
+	for _, dv := range g.VM().Spec.DataVolumeTemplates {
 		if n := translate.DataVolumeSize(dv); n > 0 {
 			return n
 		}
@@ -186,7 +190,7 @@ func vmCurrent(g kube.Guest, f guestFacts) vmCurrentRow {
 		row.Agent = 1
 	}
 	if f.state.Running() {
-		row.RunningMachine = translate.RunningMachine(g.VMI)
+		row.RunningMachine = f.runningMachine
 		row.RunningQEMU = translate.RunningQEMU
 	}
 	return row
@@ -297,10 +301,10 @@ func nodeResource(n nodeRow) resourceRow {
 }
 
 func usageOfGuest(c *kube.Cluster, g kube.Guest) (kube.Usage, bool) {
-	if c == nil || g.VMI == nil {
+	if c == nil || g.InstanceMeta() == nil {
 		return kube.Usage{}, false
 	}
-	return c.GuestMetrics(g.VMI.Namespace, g.VMI.Name)
+	return c.GuestMetrics(g.InstanceMeta().Namespace, g.InstanceMeta().Name)
 }
 
 func usageOfNode(c *kube.Cluster, n kube.Node) (kube.Usage, bool) {

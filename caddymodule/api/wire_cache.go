@@ -84,9 +84,9 @@ func (h *APIHandler) vmRows(c *kube.Cluster) *guestRows {
 }
 
 func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
-	in := rowInputs{vmid: g.VMID, node: g.Node, pool: r.poolOf(c, g), vmUID: g.VM.UID, vmRV: g.VM.ResourceVersion}
-	if g.VMI != nil {
-		in.vmiUID, in.vmiRV = g.VMI.UID, g.VMI.ResourceVersion
+	in := rowInputs{vmid: g.VMID, node: g.Node, pool: r.poolOf(c, g), vmUID: g.Meta().UID, vmRV: g.Meta().ResourceVersion}
+	if g.InstanceMeta() != nil {
+		in.vmiUID, in.vmiRV = g.InstanceMeta().UID, g.InstanceMeta().ResourceVersion
 	}
 	in.usage, in.hasUsage = usageOfGuest(c, g)
 	in.lock = snapshotLock(c, g)
@@ -97,7 +97,7 @@ func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
 // row returns g's row, built anew only when its inputs changed.
 func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 	in := r.inputs(c, g)
-	key := g.VM.UID
+	key := g.Meta().UID
 	if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
 		return v.(*guestRow)
 	}
@@ -110,11 +110,13 @@ func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 }
 
 func buildRow(g kube.Guest, in rowInputs) *guestRow {
-	row := &guestRow{in: in, g: g, ns: g.Namespace(), acl: "/vms/" + strconv.Itoa(g.VMID)}
+	// The row outlives the request: it keeps g without the objects
+	// decoded for it (what it shows is in f, encoded from f).
+	row := &guestRow{in: in, g: g.Packed(), ns: g.Namespace(), acl: "/vms/" + strconv.Itoa(g.VMID)}
 	row.f = factsWith(g, in.usage, in.hasUsage, in.lock, time.Time{})
 	row.f.dropMigrateLock(in.noUserMigration)
 	if row.f.state.Running() {
-		row.since, _ = translate.RunningSince(g.VMI)
+		row.since, _ = translate.RunningSince(g.VMI())
 	}
 	return row
 }
@@ -140,7 +142,7 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 	l := &rowList{c: c, guests: gv, metrics: mv, rows: make([]*guestRow, len(guests))}
 	seen := make(map[types.UID]bool, len(guests))
 	for i, g := range guests {
-		key := g.VM.UID
+		key := g.Meta().UID
 		seen[key] = true
 		in := r.inputs(c, g)
 		if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
@@ -164,7 +166,7 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 func (r *guestRows) prune(c *kube.Cluster) {
 	r.byKey.Range(func(k, v any) bool {
 		g := v.(*guestRow).g
-		if g2, err := c.Guest(g.VMID); err != nil || g2.VM.UID != g.VM.UID {
+		if g2, err := c.Guest(g.VMID); err != nil || g2.Meta().UID != g.Meta().UID {
 			r.byKey.Delete(k)
 		}
 		return true
