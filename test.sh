@@ -7,11 +7,11 @@
 # module proxy and cached), builds ./caddy, then vets, tests (the
 # integration package on both backends: the stand-in controller, then the
 # real control plane), runs the bpg Terraform provider's own acceptance
-# tests against ./caddy (testenv/bpg/run.sh) and briefly fuzzes.
+# tests against ./caddy (testenv/bpg/run.sh) on both backends too, and
+# briefly fuzzes.
 #
 #   ./test.sh              everything
 #   FUZZTIME=10s ./test.sh longer fuzzing
-#   BPG_REAL=1 ./test.sh   also the bpg tests on the real control plane
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -65,13 +65,10 @@ echo "real control plane integration run: $(( $(date +%s) - real_start ))s"
 
 echo "== bpg Terraform provider acceptance tests (testenv/bpg)"
 testenv/bpg/run.sh
-# The same on the real control plane: opt-in (BPG_REAL=1), since it adds
-# ~10 minutes and some clone and import tests still fail by timing there
-# (testenv/bpg/known-failures-real.txt).
-if [ -n "${BPG_REAL:-}" ]; then
-	echo "== bpg acceptance tests on the real control plane (BPG_BACKEND=real)"
-	BPG_BACKEND=real testenv/bpg/run.sh
-fi
+# The same on the real control plane (~7 minutes; known failures:
+# testenv/bpg/known-failures-real.txt).
+echo "== bpg acceptance tests on the real control plane (BPG_BACKEND=real)"
+BPG_BACKEND=real testenv/bpg/run.sh
 
 echo "== fuzzing (${FUZZTIME:=3s} per target)"
 # fuzz_one fails on any input the fuzzer reports (it writes it to testdata,

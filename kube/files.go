@@ -181,20 +181,16 @@ func (c *Cluster) FileUsers(ns, claim string) []Guest {
 	return out
 }
 
-// importFailure is why an import failed, "" while it has not: a Failed
-// DataVolume, or an importer that stopped on an error (CDI restarts it,
-// but KubeVirt already reports the DataVolume in error, and so does PVE's
-// download task when wget fails).
+// importFailure is why dv's copy failed for good, in CDI's words, or ""
+// while it may still finish (see importRetrying): a Failed DataVolume
+// (CDI's only terminal phase for it), a claim CDI cannot render
+// (ErrClaimNotValid: CDI retries until an admin acts), an image that
+// cannot be pulled, or a worker pod (importer, cloner, upload server) that
+// stopped on an error again after its kubelet restarted it. PVE's download
+// and clone workers fail on their first error; CDI retries, so an error
+// counts once CDI's own retry has met it too.
 func importFailure(dv *cdiv1.DataVolume) string {
-	var running, ready *cdiv1.DataVolumeCondition
-	for i := range dv.Status.Conditions {
-		switch c := &dv.Status.Conditions[i]; c.Type {
-		case cdiv1.DataVolumeRunning:
-			running = c
-		case cdiv1.DataVolumeReady:
-			ready = c
-		}
-	}
+	running, ready := dataVolumeConditions(dv)
 	if dv.Status.Phase == cdiv1.Failed {
 		for _, c := range []*cdiv1.DataVolumeCondition{running, ready} {
 			if c != nil && c.Message != "" {
@@ -210,13 +206,58 @@ func importFailure(dv *cdiv1.DataVolume) string {
 			return cmp.Or(c.Message, c.Reason)
 		}
 	}
-	if running != nil && running.Status == corev1.ConditionFalse && (running.Reason == "Error" || running.Reason == "ImagePullFailed") {
-		if running.Message != "" {
-			return running.Message
-		}
-		return running.Reason
+	if running == nil || running.Status != corev1.ConditionFalse {
+		return ""
+	}
+	switch {
+	case running.Reason == cdiReasonImagePullFailed,
+		// The worker pods run with restartPolicy OnFailure and CDI counts
+		// their restarts (status.restartCount, from the claim's
+		// cdi.kubevirt.io/storage.pod.restarts): Running=False/Error with
+		// a restart counted is a worker that failed, was restarted and
+		// failed again.
+		running.Reason == cdiReasonError && dv.Status.RestartCount > 0:
+		return cmp.Or(running.Message, running.Reason)
 	}
 	return ""
+}
+
+// importRetrying is CDI's message while dv reports an error it retries
+// (Running=False, reason Error, and no failure by importFailure), or "".
+// KubeVirt already shows the VM as DataVolumeError then (pkg/storage/types
+// HasDataVolumeErrors), but the error need not last: a worker pod's first
+// failure is restarted by its kubelet, and CDI's clone populator writes
+// every error of a reconcile as clone phase Error (Running=False, reason
+// Error; populators/clone-populator.go updateClonePhaseError) and tries
+// again: e.g. a progress poll of the worker pod's /metrics that timed out.
+// CDI deliberately does not make that DataVolume Failed
+// (clone-controller-base.go updateStatusPhaseForPopulator), and the clone
+// goes on.
+func importRetrying(dv *cdiv1.DataVolume) string {
+	running, _ := dataVolumeConditions(dv)
+	if running == nil || running.Status != corev1.ConditionFalse || running.Reason != cdiReasonError || importFailure(dv) != "" {
+		return ""
+	}
+	return cmp.Or(running.Message, running.Reason)
+}
+
+// CDI's reasons of a DataVolume's Running condition (pkg/controller).
+const (
+	cdiReasonError           = "Error"
+	cdiReasonImagePullFailed = "ImagePullFailed"
+)
+
+// dataVolumeConditions returns dv's Running and Ready conditions, or nil.
+func dataVolumeConditions(dv *cdiv1.DataVolume) (running, ready *cdiv1.DataVolumeCondition) {
+	for i := range dv.Status.Conditions {
+		switch c := &dv.Status.Conditions[i]; c.Type {
+		case cdiv1.DataVolumeRunning:
+			running = c
+		case cdiv1.DataVolumeReady:
+			ready = c
+		}
+	}
+	return running, ready
 }
 
 const pvcFileIndex = "file"

@@ -119,6 +119,36 @@ func TestCreateVMOverStaleCachedVM(t *testing.T) {
 	}
 }
 
+// An id whose VM is gone but whose disk claims the garbage collector has
+// not removed yet is not offered (PVE's destroy removes the disks before
+// the id is free; a new VM with that id would name its first disk
+// vm-<id>-disk-1), nor said to be free; other claims do not hold ids.
+func TestNextVMIDSkipsLeftDisks(t *testing.T) {
+	c := poolCluster(t, Options{})
+	ctx := context.Background()
+	from, ok := c.NextVMID(100, nil)
+	if !ok {
+		t.Fatal("no free id")
+	}
+	for _, name := range []string{
+		"vm-" + strconv.Itoa(from) + "-disk-0",
+		"base-" + strconv.Itoa(from+1) + "-disk-2",
+		"vm-" + strconv.Itoa(from+2) + "-cloudinit", // not a disk
+		"vm-" + strconv.Itoa(from+2) + "-disk-x",
+	} {
+		if _, err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, claim("default", name, nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the claim in the cache", func() bool { return c.CachedPVC("default", name) != nil })
+	}
+	if got, ok := c.ReserveNextVMID(from); !ok || got != from+2 {
+		t.Fatalf("ReserveNextVMID = %d, %v; want %d (%d and %d have disks left)", got, ok, from+2, from, from+1)
+	}
+	if used, _ := c.VMIDInUse(from); !used {
+		t.Fatal("VMIDInUse(an id with disks left) = false")
+	}
+}
+
 // TestHoldsExpire: holds older than nextIDHold go on the next hold as on
 // the next reservation, so that nextid?vmid= alone does not grow them.
 func TestHoldsExpire(t *testing.T) {

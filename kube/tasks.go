@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -324,6 +325,8 @@ func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
 		if done, exit, lines := ts.evaluate(t, time.Now()); done {
 			ts.end(t, exit, lines, time.Now())
 			go ts.record(context.Background(), t.copy())
+		} else {
+			ts.note(t, lines)
 		}
 	}
 	return t, nil
@@ -356,8 +359,9 @@ func (ts *Tasks) List(node string) []*Task {
 	healthy := ts.c.Healthy() == nil
 	for _, t := range out {
 		if t.Running() && healthy {
-			if done, exit, lines := ts.evaluate(t, now); done {
-				t.Log = append(t.Log, lines...)
+			done, exit, lines := ts.evaluate(t, now)
+			t.addLog(lines...)
+			if done {
 				t.finish(exit, now)
 			}
 		}
@@ -437,7 +441,7 @@ func (ts *Tasks) lookup(ctx context.Context, u translate.UPID) *Task {
 	ts.mu.Lock()
 	// Prefer what was written here when the cache has not caught up: an
 	// end, or a session's renewed deadline.
-	if r := ts.recent[u.String()]; r != nil && (best == nil || (best.Running() && (!r.Running() || r.deadline.After(best.deadline)))) {
+	if r := ts.recent[u.String()]; r != nil && (best == nil || (best.Running() && (!r.Running() || r.deadline.After(best.deadline) || len(r.Log) > len(best.Log)))) {
 		best = r.copy()
 	}
 	ts.mu.Unlock()
@@ -527,6 +531,8 @@ func (ts *Tasks) sync(ctx context.Context, key string) {
 			if t.goal == GoalGone && exit == translate.ExitOK {
 				ts.c.dropClaim(ctx, t.UPID.ID)
 			}
+		} else {
+			ts.note(t, lines)
 		}
 	}
 }
@@ -535,11 +541,36 @@ func (ts *Tasks) sync(ctx context.Context, key string) {
 // half-made VM goes (record removes it), as PVE's clone worker destroys
 // its target when the copy fails.
 func (ts *Tasks) end(t *Task, exit string, lines []string, now time.Time) {
-	t.Log = append(t.Log, lines...)
+	t.addLog(lines...)
 	if failedClone(t, exit) {
 		t.Log = append(t.Log, fmt.Sprintf("removing the partly cloned VM %s/%s", t.namespace, t.name))
 	}
 	t.finish(exit, now)
+}
+
+// note adds the lines of a task that goes on (what evaluate says the
+// cluster is doing meanwhile, such as an error CDI retries) to its log, in
+// t and in the task as this replica keeps it until it ends; the record
+// gets them when it ends.
+func (ts *Tasks) note(t *Task, lines []string) {
+	if len(lines) == 0 {
+		return
+	}
+	t.addLog(lines...)
+	ts.mu.Lock()
+	if r := ts.recent[t.UPID.String()]; r != nil && r.Running() {
+		r.addLog(lines...)
+	}
+	ts.mu.Unlock()
+}
+
+// addLog appends the lines not yet in t's log.
+func (t *Task) addLog(lines ...string) {
+	for _, l := range lines {
+		if !slices.Contains(t.Log, l) {
+			t.Log = append(t.Log, l)
+		}
+	}
 }
 
 // failedClone tells whether t, ending with exit, is a clone that failed:
@@ -653,6 +684,8 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	vm, vmi := cvm.meta(), cvmi.meta()
 	running := translate.VMIRunning(vmi)
 	final := vmi == nil || vmi.IsFinal()
+	// notes: lines for the log of a task that goes on (see note).
+	var notes []string
 	switch t.goal {
 	case GoalNone:
 		return true, translate.ExitOK, nil
@@ -683,8 +716,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vm == nil {
 			return true, fmt.Sprintf("VM %s/%s was deleted", t.namespace, t.name), nil
 		}
-		switch vm.Status.PrintableStatus {
-		case kubevirtv1.VirtualMachineStatusDataVolumeError, kubevirtv1.VirtualMachineStatusPvcNotFound:
+		if vm.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusPvcNotFound {
 			return true, "volume provisioning failed (KubeVirt status: " + string(vm.Status.PrintableStatus) + ")" + reason(vm), nil
 		}
 		if msg := ts.c.stateCopyFailure(vm, t.object); msg != "" {
@@ -702,6 +734,19 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 			// until someone grants the right.
 			return true, "volume provisioning failed: " + msg +
 				" (KubeVirt clones from another namespace as the VM's ServiceAccount, default: it needs create on datavolumes/source there)", nil
+		}
+		// KubeVirt's DataVolumeError need not be final (importRetrying):
+		// the task fails on what CDI gives up on, and meanwhile says what
+		// CDI retries.
+		failed, retrying := ts.c.dataVolumeTrouble(cvm.full(), t.object)
+		switch {
+		case failed != "":
+			return true, "volume provisioning failed: " + failed, nil
+		case retrying != "":
+			notes = append(notes, "CDI retries after an error: "+retrying)
+		case vm.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusDataVolumeError && !ts.c.HasCDI():
+			// No DataVolumes to judge by: KubeVirt's word stands.
+			return true, "volume provisioning failed (KubeVirt status: DataVolumeError)" + reason(vm), nil
 		}
 		switch vm.Status.PrintableStatus {
 		case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding, "":
@@ -764,6 +809,9 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		default:
 			if why := importFailure(dv); why != "" {
 				return true, "download failed: " + why, nil
+			}
+			if why := importRetrying(dv); why != "" {
+				notes = append(notes, "CDI retries after an error: "+why)
 			}
 		}
 	case GoalClaimGone:
@@ -854,9 +902,9 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 		if vm != nil {
 			state = string(vm.Status.PrintableStatus)
 		}
-		return true, fmt.Sprintf("timeout waiting for the VM to be %s (KubeVirt status: %s)", t.goal, state), nil
+		return true, fmt.Sprintf("timeout waiting for the VM to be %s (KubeVirt status: %s)", t.goal, state), notes
 	}
-	return false, "", nil
+	return false, "", notes
 }
 
 // volumeBindingGrace is how long a start waits for KubeVirt's

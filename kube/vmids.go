@@ -146,10 +146,20 @@ func (c *Cluster) VMIDInUse(id int) (bool, string) {
 	if g, err := c.Guest(id); err == nil {
 		return true, g.Node
 	}
-	if c.VMIDTaken(id) {
+	if c.VMIDTaken(id) || c.diskClaimsLeft(id) {
 		return true, ""
 	}
 	return c.vmidClaimed(strconv.Itoa(id))
+}
+
+// diskClaimsLeft tells whether claims named as disks of vmid
+// (vm-<vmid>-disk-<n>, base-<vmid>-disk-<n>) are still cached. PVE's
+// destroy removes a VM's disks before its config, so its id is free only
+// once they are gone; here the garbage collector deletes them seconds
+// after the VM, and a VM given the id meanwhile would name its first disk
+// vm-<vmid>-disk-1. /cluster/nextid does not offer such an id.
+func (c *Cluster) diskClaimsLeft(vmid int) bool {
+	return c.pvcs != nil && len(c.pvcs.byIndex(pvcVMIDIndex, strconv.Itoa(vmid))) > 0
 }
 
 // nextIDHold is how long an id /cluster/nextid offered stays out of its
@@ -207,7 +217,7 @@ func (c *Cluster) reserveNextVMID(from int, now time.Time) (int, bool) {
 	h.expire(now)
 	held := func(id int) bool { _, ok := h.held[id]; return ok }
 	id, ok := c.NextVMID(from, func(id int) bool {
-		if held(id) {
+		if held(id) || c.diskClaimsLeft(id) {
 			return true
 		}
 		claimed, _ := c.vmidClaimed(strconv.Itoa(id))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -22,6 +23,41 @@ import (
 // directory storage whatever their class (FileClaims, pvcFileIndex), so a
 // storage's disks cost no walk over its files.
 const pvcStorageIndex = "storageclass"
+
+// pvcVMIDIndex indexes claims named as a VM's disks by that VM's id
+// (diskClaimVMID).
+const pvcVMIDIndex = "vmid"
+
+func pvcVMIDIndexFunc(obj any) ([]string, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return nil, nil
+	}
+	if id, ok := diskClaimVMID(pvc.Name); ok {
+		return []string{id}, nil
+	}
+	return nil, nil
+}
+
+// diskClaimVMID returns the vmid of a claim named as a VM's disk
+// (vm-<vmid>-disk-<n>, or base-<vmid>-disk-<n> for a template's).
+func diskClaimVMID(name string) (string, bool) {
+	for _, prefix := range []string{"vm-", "base-"} {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		id, n, ok := strings.Cut(rest, "-disk-")
+		if ok && allDigits(id) && allDigits(n) {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+func allDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
 
 func pvcStorageIndexFunc(obj any) ([]string, error) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
@@ -133,14 +169,7 @@ const cdiErrClaimNotValid = "ErrClaimNotValid"
 // template of vm, or of state, a clone's state copy ("" for none)
 // ("DataVolume name: CDI's message"), or "".
 func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine, state string) string {
-	names := make([]string, 0, len(vm.Spec.DataVolumeTemplates)+1)
-	for _, t := range vm.Spec.DataVolumeTemplates {
-		names = append(names, t.Name)
-	}
-	if state != "" {
-		names = append(names, state)
-	}
-	for _, name := range names {
+	for _, name := range provisionedDataVolumes(vm, state) {
 		dv := c.DataVolume(vm.Namespace, name)
 		if dv == nil {
 			continue
@@ -152,6 +181,48 @@ func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine, state string) stri
 		}
 	}
 	return ""
+}
+
+// provisionedDataVolumes names the DataVolumes vm waits for before it
+// first runs: its templates, the DataVolumes its volumes name (those
+// KubeVirt judges for DataVolumeError), and state, a clone's state copy
+// ("" for none).
+func provisionedDataVolumes(vm *kubevirtv1.VirtualMachine, state string) []string {
+	names := make([]string, 0, len(vm.Spec.DataVolumeTemplates)+1)
+	for _, t := range vm.Spec.DataVolumeTemplates {
+		names = append(names, t.Name)
+	}
+	if tmpl := vm.Spec.Template; tmpl != nil {
+		for _, v := range tmpl.Spec.Volumes {
+			if v.DataVolume != nil && !slices.Contains(names, v.DataVolume.Name) {
+				names = append(names, v.DataVolume.Name)
+			}
+		}
+	}
+	if state != "" {
+		names = append(names, state)
+	}
+	return names
+}
+
+// dataVolumeTrouble tells why a DataVolume vm waits for (see
+// provisionedDataVolumes) failed for good
+// (importFailure), or else what error CDI is retrying on one
+// (importRetrying), each as "DataVolume name: CDI's message", or "".
+func (c *Cluster) dataVolumeTrouble(vm *kubevirtv1.VirtualMachine, state string) (failed, retrying string) {
+	for _, name := range provisionedDataVolumes(vm, state) {
+		dv := c.DataVolume(vm.Namespace, name)
+		if dv == nil {
+			continue
+		}
+		if why := importFailure(dv); why != "" {
+			return "DataVolume " + name + ": " + why, ""
+		}
+		if why := importRetrying(dv); why != "" && retrying == "" {
+			retrying = "DataVolume " + name + ": " + why
+		}
+	}
+	return "", retrying
 }
 
 // dataVolumeSettled tells whether a DataVolume is done until a VM uses

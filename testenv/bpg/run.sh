@@ -6,8 +6,9 @@
 # simulated cluster (BPG_BACKEND=sim, the default) or on the real control
 # plane (BPG_BACKEND=real: kube-apiserver and etcd, KubeVirt's virt-api and
 # virt-controller, CDI, kube-scheduler and kube-controller-manager, with
-# kubevirtsim's node stand-ins, seeded like the simulated cluster; see
-# internal/realcluster and cluster/main.go), as `kubeconfig` names it.
+# kubevirtsim's node stand-ins and stand-in cdi-uploadproxy, seeded like the
+# simulated cluster; see internal/realcluster and cluster/main.go), as
+# `kubeconfig` and `cdi_upload_proxy` name it.
 #
 #   testenv/bpg/run.sh                   the tests listed in tests.txt
 #   testenv/bpg/run.sh 'TestAccResourceVM$'   only top-level tests matching
@@ -129,10 +130,16 @@ cluster=simulate
 if [ "$backend" = real ]; then
 	# The real control plane, started while the download server's files
 	# are written; ./caddy gets its kubeconfig once it serves.
-	"$out/cluster" -kubeconfig "$out/kubeconfig" >"$out/cluster.log" 2>&1 &
+	# With kubevirtsim's stand-in cdi-uploadproxy (the real one is a pod no
+	# node stand-in runs) for uploads and the downloads the plugin converts.
+	"$out/cluster" -kubeconfig "$out/kubeconfig" \
+		-upload-proxy 127.0.0.1:18443 -upload-proxy-ca "$out/uploadproxy.pem" >"$out/cluster.log" 2>&1 &
 	pids+=($!)
 	cluster_pid=$!
-	cluster="kubeconfig $out/kubeconfig"
+	cluster="kubeconfig $out/kubeconfig
+		cdi_upload_proxy https://127.0.0.1:18443 {
+			ca_file $out/uploadproxy.pem
+		}"
 fi
 
 # A tiny stand-in for cloud-images.ubuntu.com and download.proxmox.com:
