@@ -43,17 +43,7 @@ func internQuantities(l corev1.ResourceList) corev1.ResourceList {
 		b.WriteString(q.String())
 		b.WriteByte(0)
 	}
-	key := b.String()
-	interned.Lock()
-	defer interned.Unlock()
-	if have, ok := interned.quantities[key]; ok {
-		return have
-	}
-	if len(interned.quantities) >= internMax {
-		clear(interned.quantities)
-	}
-	interned.quantities[key] = l
-	return l
+	return internAs(interned.quantities, b.String(), l)
 }
 
 // internStrings is internQuantities for label and annotation maps. A nil
@@ -74,17 +64,22 @@ func internStrings(m map[string]string) map[string]string {
 		b.WriteString(m[k])
 		b.WriteByte(0)
 	}
-	key := b.String()
+	return internAs(interned.strs, b.String(), m)
+}
+
+// internAs returns the value table keeps under key (a canonical form of
+// v), after storing v there if it had none.
+func internAs[M any](table map[string]M, key string, v M) M {
 	interned.Lock()
 	defer interned.Unlock()
-	if have, ok := interned.strs[key]; ok {
+	if have, ok := table[key]; ok {
 		return have
 	}
-	if len(interned.strs) >= internMax {
-		clear(interned.strs)
+	if len(table) >= internMax {
+		clear(table)
 	}
-	interned.strs[key] = m
-	return m
+	table[key] = v
+	return v
 }
 
 // internRequirements shares the maps of a container's resources.

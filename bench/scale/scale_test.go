@@ -413,21 +413,16 @@ func (p *countingProxy) snapshot() counts {
 }
 
 // listBytes is how many bytes the lists' answers took, as sent.
-func (c counts) listBytes() int {
-	n := 0
-	for k, v := range c {
-		if strings.HasPrefix(k, "bytes ") {
-			n += v
-		}
-	}
-	return n
-}
+func (c counts) listBytes() int { return c.sum("bytes ") }
 
 // lists is the number of successful lists of any resource.
-func (c counts) lists() int {
+func (c counts) lists() int { return c.sum("list ") }
+
+// sum adds the counts whose keys start with prefix.
+func (c counts) sum(prefix string) int {
 	n := 0
 	for k, v := range c {
-		if strings.HasPrefix(k, "list ") {
+		if strings.HasPrefix(k, prefix) {
 			n += v
 		}
 	}
