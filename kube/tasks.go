@@ -631,10 +631,16 @@ func (ts *Tasks) persist(ctx context.Context, t *Task) bool {
 		return false
 	}
 	cur.Data = cm.Data
-	_, err = ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+	updated, err := ts.c.own.kube.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
 	if err != nil && !apierrors.IsConflict(err) {
 		ts.c.logger.Warn("finishing task", zap.String("upid", t.UPID.String()), zap.Error(err))
 		return false
+	}
+	if err == nil {
+		// Into the cache before t leaves recent: a read in between would
+		// otherwise end the task again from the cache's running record,
+		// without the lines only recent had (note).
+		ts.c.tasks.put(updated, false)
 	}
 	ts.mu.Lock()
 	ts.forgetLocked(t.UPID.String())
