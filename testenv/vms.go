@@ -64,3 +64,18 @@ func (e *Env) KubectlSnapshot(t testing.TB, vm *virtv1.VirtualMachine, name stri
 	})
 	return snap
 }
+
+// NoRestoreOf fails t if a VirtualMachineRestore in ns names the snapshot:
+// for a rollback that must be refused before KubeVirt is asked.
+func (e *Env) NoRestoreOf(t testing.TB, ns, snapshot string) {
+	t.Helper()
+	restores, err := e.KubeVirt.SnapshotV1beta1().VirtualMachineRestores(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range restores.Items {
+		if rs.Spec.VirtualMachineSnapshotName == snapshot {
+			t.Errorf("a restore was asked for: %s", rs.Name)
+		}
+	}
+}

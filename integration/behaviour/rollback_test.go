@@ -156,15 +156,7 @@ func TestRollbackSharedISO(t *testing.T) {
 	if msg, _ := o["message"].(string); o["code"] != 500 || !strings.HasPrefix(msg, "can't rollback, snapshot '"+snap.Name+"' holds the shared volume '"+claim+"' (ide2: VM "+other+" uses it)") {
 		t.Errorf("rollback to a snapshot holding the shared ISO: %s", brief(o))
 	}
-	restores, err := env.KubeVirt.SnapshotV1beta1().VirtualMachineRestores(vm.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rs := range restores.Items {
-		if rs.Spec.VirtualMachineSnapshotName == snap.Name {
-			t.Errorf("a restore was asked for: %s", rs.Name)
-		}
-	}
+	env.NoRestoreOf(t, vm.Namespace, snap.Name)
 	if cur, err := env.DirectKube.CoreV1().PersistentVolumeClaims(vm.Namespace).Get(ctx, claim, metav1.GetOptions{}); err != nil || cur.UID != pvc.UID || cur.DeletionTimestamp != nil {
 		t.Errorf("the shared ISO's claim after the rollback: %v %+v", err, cur.ObjectMeta)
 	}
