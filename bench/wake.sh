@@ -5,7 +5,8 @@
 # proxied byte on a cold start, and PVE API calls per minute with 100 idle
 # guests.
 #
-#   bench/wake.sh                         3s of load per side and round
+#   bench/wake.sh                         D=3s: 8*D per side in alternating
+#                                         quarter-second rounds, 2*D side by side
 #   WAKE_BENCH_DURATION=10s bench/wake.sh longer, steadier (BENCHTIME is the same)
 set -euo pipefail
 cd "$(dirname "$0")/.."

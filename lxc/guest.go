@@ -52,6 +52,11 @@ type Guest struct {
 	target   target
 	name     string
 	host     string
+	// up is the last address Upstream joined (host, port).
+	up struct {
+		host, addr string
+		port       int
+	}
 
 	inflight, streams, held int
 	lastActivity            time.Time
@@ -300,16 +305,22 @@ func (g *Guest) setStateLocked(s State) {
 // means the configured port.
 func (g *Guest) Upstream(port int) (string, bool) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.upstreamLocked(port)
+}
+
+func (g *Guest) upstreamLocked(port int) (string, bool) {
 	if g.state != StateReady {
-		g.mu.Unlock()
 		return "", false
 	}
-	host := g.host
 	if port == 0 {
 		port = g.currentLocked().cfg.Port
 	}
-	g.mu.Unlock()
-	return net.JoinHostPort(host, strconv.Itoa(port)), true
+	// Joined once per address and port, not per request.
+	if u := &g.up; u.addr == "" || u.port != port || u.host != g.host {
+		u.host, u.port, u.addr = g.host, port, net.JoinHostPort(g.host, strconv.Itoa(port))
+	}
+	return g.up.addr, true
 }
 
 // Begin records the start of a request that counts as activity (a stream
@@ -317,26 +328,51 @@ func (g *Guest) Upstream(port int) (string, bool) {
 // request is in flight the guest is never stopped for idleness.
 func (g *Guest) Begin(stream bool) func() {
 	g.mu.Lock()
+	g.beginLocked(stream, true)
+	g.mu.Unlock()
+	return func() { g.End(stream) }
+}
+
+// BeginUpstream is Begin and Upstream under one lock, for a proxy's
+// every request: the request counts as activity whether or not the guest
+// is ready, and the caller ends it with End(stream).
+//
+// It reads the clock only when no request was in flight: while this one
+// is (it is no watched stream, BeginStream counts those) no idle check
+// stops the guest, and its end (End) sets the last activity, so a start
+// amid others would only be overwritten. (The admin API's last_activity
+// then says when the busy spell began, or when a request last ended.)
+func (g *Guest) BeginUpstream(port int, stream bool) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.beginLocked(stream, g.inflight == 0)
+	return g.upstreamLocked(port)
+}
+
+func (g *Guest) beginLocked(stream, stamp bool) {
 	g.inflight++
 	if stream {
 		g.streams++
 	}
+	if stamp {
+		g.lastActivity = time.Now()
+	}
+	g.touchShareLocked()
+}
+
+// End ends a request that BeginUpstream began.
+func (g *Guest) End(stream bool) {
+	g.mu.Lock()
+	g.inflight--
+	if stream {
+		g.streams--
+	}
 	g.lastActivity = time.Now()
 	g.touchShareLocked()
-	g.mu.Unlock()
-	return func() {
-		g.mu.Lock()
-		g.inflight--
-		if stream {
-			g.streams--
-		}
-		g.lastActivity = time.Now()
-		g.touchShareLocked()
-		if g.inflight == 0 {
-			g.armIdleLocked(0)
-		}
-		g.mu.Unlock()
+	if g.inflight == 0 {
+		g.armIdleLocked(0)
 	}
+	g.mu.Unlock()
 }
 
 // Hold counts a request waiting for the guest; it fails beyond max

@@ -165,3 +165,57 @@ func TestLookupTemplate(t *testing.T) {
 		t.Fatalf("refused before any poll: %v", err)
 	}
 }
+
+// BeginUpstream counts a request as activity whether or not the guest is
+// ready, gives the address of the guest as it is now (a new address or
+// port, not the one joined for an earlier request), and End sets the
+// last activity when the last request ends, however they overlapped.
+func TestBeginUpstream(t *testing.T) {
+	g, _ := testGuest(t, GuestConfig{IdleTimeout: time.Hour, Port: 8080})
+	if up, ok := g.BeginUpstream(0, false); ok || up != "" {
+		t.Fatalf("not ready: upstream %q %v", up, ok)
+	}
+	g.End(false)
+	if in := g.Info(); in.Inflight != 0 || in.LastActivity == nil {
+		t.Fatalf("after a request to a sleeping guest: %+v", in)
+	}
+	g.mu.Lock()
+	g.state, g.host = StateReady, "10.0.0.5"
+	g.mu.Unlock()
+	for _, c := range []struct {
+		host string
+		port int
+		want string
+	}{
+		{"10.0.0.5", 0, "10.0.0.5:8080"},
+		{"10.0.0.5", 0, "10.0.0.5:8080"},
+		{"10.0.0.5", 9000, "10.0.0.5:9000"},
+		{"10.0.0.6", 9000, "10.0.0.6:9000"},
+		{"fd00::6", 0, "[fd00::6]:8080"},
+	} {
+		g.mu.Lock()
+		g.host = c.host
+		g.mu.Unlock()
+		up, ok := g.BeginUpstream(c.port, false)
+		g.End(false)
+		if !ok || up != c.want {
+			t.Fatalf("host %s port %d: upstream %q %v, want %q", c.host, c.port, up, ok, c.want)
+		}
+		if up2, _ := g.Upstream(c.port); up2 != c.want {
+			t.Fatalf("Upstream(%d) %q, want %q", c.port, up2, c.want)
+		}
+	}
+	// Overlapping requests: the one that ends last dates the activity.
+	_, _ = g.BeginUpstream(0, false)
+	_, _ = g.BeginUpstream(0, true)
+	g.End(false)
+	if in := g.Info(); in.Inflight != 1 || in.Streams != 1 {
+		t.Fatalf("one of two ended: %+v", in)
+	}
+	before := time.Now()
+	g.End(true)
+	in := g.Info()
+	if in.Inflight != 0 || in.Streams != 0 || in.LastActivity == nil || in.LastActivity.Before(before) {
+		t.Fatalf("both ended at %v: %+v", before, in)
+	}
+}

@@ -54,16 +54,12 @@ func busyIfOf(r lxc.BusyRule) *BusyIf {
 	}
 }
 
-// beginActivity counts the request as activity until end is called. With
-// stream_idle_timeout, a websocket or event stream is watched: w and the
-// request body are wrapped to see its bytes, and so is the connection
-// of an upgrade (a websocket over HTTP/2 or HTTP/3 is a CONNECT whose
-// client bytes come in the body, its server bytes through w).
-func (h *WakeHandler) beginActivity(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, func()) {
-	stream := isStream(r)
-	if !stream || h.StreamIdleTimeout <= 0 {
-		return w, h.guest.Begin(stream)
-	}
+// watchStream counts a websocket or event stream as activity until end
+// is called, and watches it for stream_idle_timeout: w and the request
+// body are wrapped to see its bytes, and so is the connection of an
+// upgrade (a websocket over HTTP/2 or HTTP/3 is a CONNECT whose client
+// bytes come in the body, its server bytes through w).
+func (h *WakeHandler) watchStream(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, func()) {
 	s, end := h.guest.BeginStream()
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &streamBody{ReadCloser: r.Body, s: s}

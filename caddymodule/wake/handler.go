@@ -235,9 +235,23 @@ func (h *WakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 	if r.URL.Path == h.EventsPath {
 		return h.serveEvents(w, r)
 	}
-	w, end := h.beginActivity(w, r)
-	defer end()
-	if up, ok := g.Upstream(h.port); ok {
+	// The request counts as activity from here to its end, ready guest
+	// or not; the common case, a ready guest and no watched stream, takes
+	// the guest's lock once on the way in and once on the way out.
+	var (
+		up    string
+		ready bool
+	)
+	if stream := isStream(r); stream && h.StreamIdleTimeout > 0 {
+		var end func()
+		w, end = h.watchStream(w, r)
+		defer end()
+		up, ready = g.Upstream(h.port)
+	} else {
+		up, ready = g.BeginUpstream(h.port, stream)
+		defer g.End(stream)
+	}
+	if ready {
 		h.setUpstream(r, up, false)
 		return next.ServeHTTP(w, r)
 	}
@@ -290,10 +304,16 @@ func (h *WakeHandler) proxyCold(w http.ResponseWriter, r *http.Request, next cad
 // placeholders: {http.vars.proxmox.upstream}, {proxmox.upstream},
 // {proxmox.cold_start}.
 func (h *WakeHandler) setUpstream(r *http.Request, up string, cold bool) {
-	caddyhttp.SetVar(r.Context(), wakeVarGuest, h.guest)
-	caddyhttp.SetVar(r.Context(), wakeVarUpstream, up)
-	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		repl.Set("proxmox.upstream", up)
+	ctx := r.Context()
+	// The address goes into an interface once for both tables (each
+	// conversion of a string to any is an allocation).
+	var upv any = up
+	if vars, ok := ctx.Value(caddyhttp.VarsCtxKey).(map[string]any); ok {
+		vars[wakeVarGuest] = h.guest
+		vars[wakeVarUpstream] = upv
+	}
+	if repl, ok := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Set("proxmox.upstream", upv)
 		repl.Set("proxmox.cold_start", cold)
 	}
 }

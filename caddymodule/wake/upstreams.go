@@ -64,9 +64,10 @@ var errNoGuest = errors.New("dynamic proxmox: no ready guest for this request (p
 // GetUpstreams returns the ready guest's address.
 func (u *WakeUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
 	var addr string
-	if g, ok := caddyhttp.GetVar(r.Context(), wakeVarGuest).(*lxc.Guest); ok {
+	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	if g, ok := vars[wakeVarGuest].(*lxc.Guest); ok {
 		if u.Port == 0 {
-			addr, _ = caddyhttp.GetVar(r.Context(), wakeVarUpstream).(string)
+			addr, _ = vars[wakeVarUpstream].(string)
 		} else {
 			addr, _ = g.Upstream(u.Port)
 		}
@@ -81,7 +82,16 @@ func (u *WakeUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream,
 	}
 	// A fresh value each time: reverse_proxy fills in the host state of
 	// dynamic upstreams per request, so a shared one would be a data race.
-	return []*reverseproxy.Upstream{{Dial: addr}}, nil
+	// The upstream and the list holding it are one allocation.
+	one := &oneUpstream{up: reverseproxy.Upstream{Dial: addr}}
+	one.list[0] = &one.up
+	return one.list[:], nil
+}
+
+// oneUpstream is a list of one upstream, allocated together.
+type oneUpstream struct {
+	up   reverseproxy.Upstream
+	list [1]*reverseproxy.Upstream
 }
 
 // Validate checks the guest reference.

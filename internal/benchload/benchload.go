@@ -33,6 +33,13 @@ type Result struct {
 	Bytes    int64
 	// Rounds is the rate of each round.
 	Rounds []float64
+	// PerCPUSec is requests per second of this process's CPU time over
+	// all its rounds, and CPURounds the same for each round: with the
+	// server under test in the process (integration/wake), what the
+	// requests cost, whatever share of the cores other processes took.
+	// Zero where the process's CPU time is not known.
+	PerCPUSec float64
+	CPURounds []float64
 }
 
 // Ratio is the median over the rounds of a's rate over b's in the same
@@ -40,19 +47,35 @@ type Result struct {
 // other work, which lands on one of them, moves it less than it moves
 // the ratio of totals.
 func Ratio(a, b Result) float64 {
-	n := min(len(a.Rounds), len(b.Rounds))
+	return median(ratios(a.Rounds, b.Rounds))
+}
+
+// CPURatio is Ratio of the rates per second of CPU time.
+func CPURatio(a, b Result) float64 {
+	return median(ratios(a.CPURounds, b.CPURounds))
+}
+
+// median of sorted r.
+func median(r []float64) float64 {
+	n := len(r)
 	if n == 0 {
 		return 0
 	}
-	r := make([]float64, n)
-	for i := range r {
-		r[i] = a.Rounds[i] / b.Rounds[i]
-	}
-	slices.Sort(r)
 	if n%2 == 1 {
 		return r[n/2]
 	}
 	return (r[n/2-1] + r[n/2]) / 2
+}
+
+// ratios are the rounds' ratios of a over b, sorted.
+func ratios(a, b []float64) []float64 {
+	n := min(len(a), len(b))
+	r := make([]float64, n)
+	for i := range r {
+		r[i] = a[i] / b[i]
+	}
+	slices.Sort(r)
+	return r
 }
 
 // Client returns an HTTP client for n parallel connections to one host.
@@ -66,9 +89,11 @@ func Client(n int) *http.Client {
 // returns their throughput in the order given. Rounds of whole requests
 // keep a slow answer in flight at the end of a round from skewing it.
 // Any answer other than 200 fails it.
+//
+// One request alone says little of the rate under load: with more
+// clients than cores, rounds last longer than round (AlternateLoaded
+// sizes them from the rate under load).
 func Alternate(c *http.Client, conc, rounds int, round time.Duration, targets ...Target) ([]Result, error) {
-	out := make([]Result, len(targets))
-	spent := make([]time.Duration, len(targets))
 	per := make([]int, len(targets))
 	for i, t := range targets {
 		start := time.Now()
@@ -78,6 +103,33 @@ func Alternate(c *http.Client, conc, rounds int, round time.Duration, targets ..
 		one := max(time.Since(start), time.Microsecond)
 		per[i] = max(4*conc, int(round/one)*conc)
 	}
+	return alternate(c, conc, rounds, per, targets)
+}
+
+// AlternateLoaded is Alternate with each target's rounds sized from its
+// rate under conc parallel clients (a burst of 16 requests per client),
+// so that a round lasts about round however many clients share the
+// cores. Short rounds put the two halves of a pair close in time: other
+// work on the machine, which comes and goes over seconds, then lands on
+// both alike.
+func AlternateLoaded(c *http.Client, conc, rounds int, round time.Duration, targets ...Target) ([]Result, error) {
+	per := make([]int, len(targets))
+	for i, t := range targets {
+		n := 16 * conc
+		_, d, err := load(c, conc, n, t)
+		if err != nil {
+			return nil, err
+		}
+		per[i] = max(4*conc, int(float64(n)*round.Seconds()/d.Seconds()))
+	}
+	return alternate(c, conc, rounds, per, targets)
+}
+
+// alternate runs the rounds, per[i] requests of targets[i] each.
+func alternate(c *http.Client, conc, rounds int, per []int, targets []Target) ([]Result, error) {
+	out := make([]Result, len(targets))
+	spent := make([]time.Duration, len(targets))
+	cpu := make([]time.Duration, len(targets))
 	for r := 0; r < rounds; r++ {
 		for k := range targets {
 			// Every other round runs them in reverse: none goes first each
@@ -86,20 +138,39 @@ func Alternate(c *http.Client, conc, rounds int, round time.Duration, targets ..
 			if r%2 == 1 {
 				i = len(targets) - 1 - k
 			}
+			cpu0 := processCPU()
 			b, d, err := load(c, conc, per[i], targets[i])
 			if err != nil {
 				return nil, err
 			}
+			used := processCPU() - cpu0
 			out[i].Requests += int64(per[i])
 			out[i].Bytes = b
 			out[i].Rounds = append(out[i].Rounds, float64(per[i])/d.Seconds())
+			if used > 0 {
+				out[i].CPURounds = append(out[i].CPURounds, float64(per[i])/used.Seconds())
+			}
 			spent[i] += d
+			cpu[i] += used
 		}
 	}
 	for i := range out {
 		out[i].PerSec = float64(out[i].Requests) / spent[i].Seconds()
+		if cpu[i] > 0 {
+			out[i].PerCPUSec = float64(out[i].Requests) / cpu[i].Seconds()
+		}
 	}
 	return out, nil
+}
+
+// Spread is the lower and upper quartile of the rounds' ratios of a over
+// b (Ratio is their median).
+func Spread(a, b Result) (lo, hi float64) {
+	r := ratios(a.Rounds, b.Rounds)
+	if len(r) == 0 {
+		return 0, 0
+	}
+	return r[len(r)/4], r[(3*len(r))/4]
 }
 
 // load makes n requests of t with conc clients and returns the length of a
