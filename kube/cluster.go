@@ -248,7 +248,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc, pvcVMIDIndex: pvcVMIDIndexFunc}, stripStorage, c.claimChanged())
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc, pvcVMIDIndex: pvcVMIDIndexFunc}, packingClaims, c.claimChanged())
 	c.optional = c.startOptionalStores(ctx, runCtx)
 	stores := c.allStores()
 	for _, s := range stores {
