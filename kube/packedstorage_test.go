@@ -108,15 +108,11 @@ func TestPackedStorageDecodesWhole(t *testing.T) {
 		if c, _, ok := translate.FileOf(want.Annotations); ok {
 			content = []string{c}
 		}
-		var vmid []string
-		if id, ok := diskClaimVMID(want.Name); ok {
-			vmid = []string{id}
-		}
 		for _, ix := range []struct {
 			name string
 			fn   func(any) ([]string, error)
 			want []string
-		}{{"storage class", pvcStorageIndexFunc, class}, {"file", pvcFileIndexFunc, content}, {"vmid", pvcVMIDIndexFunc, vmid}} {
+		}{{"storage class", pvcStorageIndexFunc, class}, {"file", pvcFileIndexFunc, content}} {
 			if got, _ := ix.fn(p); !slices.Equal(got, ix.want) {
 				t.Errorf("claim %s: %s index %v, want %v", pvc.Name, ix.name, got, ix.want)
 			}

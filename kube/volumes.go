@@ -22,21 +22,6 @@ import (
 // storage's disks cost no walk over its files.
 const pvcStorageIndex = "storageclass"
 
-// pvcVMIDIndex indexes claims named as a VM's disks by that VM's id
-// (diskClaimVMID).
-const pvcVMIDIndex = "vmid"
-
-func pvcVMIDIndexFunc(obj any) ([]string, error) {
-	pvc, ok := obj.(*packedClaim)
-	if !ok {
-		return nil, nil
-	}
-	if id, ok := diskClaimVMID(pvc.name); ok {
-		return []string{id}, nil
-	}
-	return nil, nil
-}
-
 // diskClaimVMID returns the vmid of a claim named as a VM's disk
 // (vm-<vmid>-disk-<n>, or base-<vmid>-disk-<n> for a template's).
 func diskClaimVMID(name string) (string, bool) {
@@ -81,11 +66,13 @@ func (c *Cluster) DiskClaims(storageClass string) []*corev1.PersistentVolumeClai
 	return claimsOf(c.pvcs.byIndex(pvcStorageIndex, storageClass))
 }
 
-// diskUse is the space the disk claims of each StorageClass take, as of
+// diskUse is the space the disk claims of each StorageClass take, and
+// the vmids that have claims named as their disks (diskClaimVMID), as of
 // the Cluster's claimGen gen.
 type diskUse struct {
 	gen   uint64
 	bytes map[string]int64
+	vmids map[string]struct{}
 }
 
 // claimChanged is the claim cache's change handler: it wakes the tasks
@@ -104,18 +91,29 @@ func (c *Cluster) claimChanged() changeFunc {
 // not per call: every storage row and /cluster/resources asks for it, and
 // a class may hold thousands of claims.
 func (c *Cluster) DiskClaimsBytes(storageClass string) int64 {
+	return c.claimTotals().bytes[storageClass]
+}
+
+// claimTotals is the diskUse of the claims cached now, made anew once
+// per change of the claims.
+func (c *Cluster) claimTotals() *diskUse {
 	gen := c.claimGen.Load()
 	if u := c.diskUse.Load(); u != nil && u.gen == gen {
-		return u.bytes[storageClass]
+		return u
 	}
-	u := &diskUse{gen: gen, bytes: map[string]int64{}}
+	u := &diskUse{gen: gen, bytes: map[string]int64{}, vmids: map[string]struct{}{}}
 	for _, o := range c.pvcs.list() {
 		if class, ok := diskClass(o); ok {
 			u.bytes[class] += o.(*packedClaim).bytes()
 		}
+		if p, ok := o.(*packedClaim); ok {
+			if id, ok := diskClaimVMID(p.name); ok {
+				u.vmids[id] = struct{}{}
+			}
+		}
 	}
 	c.diskUse.Store(u)
-	return u.bytes[storageClass]
+	return u
 }
 
 // CachedPVC returns a claim from the cache (built from its record: read
