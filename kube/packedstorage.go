@@ -18,13 +18,15 @@ import (
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
-// Every VM disk is a DataVolume and its claim; as typed objects the pair
-// cost some 1.5 KB per VM in the caches (their ObjectMeta, specs and
-// statuses, a map per label or annotation set, owner references). The
+// Every VM disk is a DataVolume and its claim; as the typed objects
+// stripStorage leaves, the pair cost some 2 KB per VM in the caches with
+// their informer entries (ObjectMeta, specs and statuses, a map per label
+// or annotation set, owner references, UIDs as 36-byte strings). The
 // claim and DataVolume caches hold records instead: the metadata as
 // compact fields (storageMeta), a claim's spec and status as the few
 // fields stripStorage keeps of them, and a DataVolume's spec and status
-// packed as the VM specs are (specCodec). Lists and indexes read the
+// packed as the VM specs are (specCodec; a DataVolume that is done packs
+// into some 16 bytes against its siblings). Lists and indexes read the
 // records' fields; CachedPVC and DataVolume build typed objects from them
 // (read-only, as every cached object).
 
@@ -37,9 +39,8 @@ type storageMeta struct {
 	version   string // resourceVersion
 	created   metav1.Time
 	deleted   *metav1.Time
-	// labels and annotations are key, value, … by key (shared by equal
-	// sets; nil for none, empty for an empty map).
-	labels, annotations []string
+	// pairs are the labels and annotations, nil for neither.
+	pairs *metaPairs
 	// owners is nil when rest has them.
 	owners []ownerRef
 	// rest holds what a claim or DataVolume seldom has (a generateName, a
@@ -53,7 +54,9 @@ func packMeta(m *metav1.ObjectMeta) storageMeta {
 	s := storageMeta{
 		name: m.Name, namespace: internString(m.Namespace), version: m.ResourceVersion,
 		created: m.CreationTimestamp, deleted: m.DeletionTimestamp,
-		labels: packPairs(m.Labels), annotations: packPairs(m.Annotations),
+	}
+	if m.Labels != nil || m.Annotations != nil {
+		s.pairs = &metaPairs{labels: packPairs(m.Labels), annotations: packPairs(m.Annotations)}
 	}
 	rest := metav1.ObjectMeta{
 		GenerateName: m.GenerateName, SelfLink: m.SelfLink, Generation: m.Generation,
@@ -72,13 +75,14 @@ func packMeta(m *metav1.ObjectMeta) storageMeta {
 	return s
 }
 
-// objectMeta builds the typed metadata (its owner references shared with
-// the record: read them, never modify them).
+// objectMeta builds the typed metadata (maps and slices of its own; the
+// owner references' Controller and BlockOwnerDeletion point to shared
+// bools: read them, never modify them).
 func (s *storageMeta) objectMeta() metav1.ObjectMeta {
 	m := metav1.ObjectMeta{
 		Name: s.name, Namespace: s.namespace, UID: s.GetUID(), ResourceVersion: s.version,
 		CreationTimestamp: s.created, DeletionTimestamp: s.deleted,
-		Labels: unpackPairs(s.labels), Annotations: unpackPairs(s.annotations), OwnerReferences: s.GetOwnerReferences(),
+		Labels: s.GetLabels(), Annotations: s.GetAnnotations(), OwnerReferences: s.GetOwnerReferences(),
 	}
 	if r := s.rest; r != nil {
 		m.GenerateName, m.SelfLink, m.Generation = r.GenerateName, r.SelfLink, r.Generation
@@ -97,10 +101,20 @@ func (s *storageMeta) hasUID(uid types.UID) bool {
 }
 
 // annotation is the value of the annotation key, "" if none.
-func (s *storageMeta) annotation(key string) string { return pairValue(s.annotations, key) }
+func (s *storageMeta) annotation(key string) string {
+	if s.pairs == nil {
+		return ""
+	}
+	return pairValue(s.pairs.annotations, key)
+}
 
 // hasAnnotations tells whether the record has annotations at all.
-func (s *storageMeta) hasAnnotations() bool { return len(s.annotations) > 0 }
+func (s *storageMeta) hasAnnotations() bool { return s.pairs != nil && len(s.pairs.annotations) > 0 }
+
+// metaPairs are the labels and annotations of an object, as packPairs
+// makes them: key, value, … by key (shared by equal sets; nil for none,
+// empty for an empty map).
+type metaPairs struct{ labels, annotations []string }
 
 // ensureRest is rest, made when there is none.
 func (s *storageMeta) ensureRest() *metav1.ObjectMeta {
@@ -137,10 +151,42 @@ func (s *storageMeta) GetCreationTimestamp() metav1.Time   { return s.created }
 func (s *storageMeta) SetCreationTimestamp(t metav1.Time)  { s.created = t }
 func (s *storageMeta) GetDeletionTimestamp() *metav1.Time  { return s.deleted }
 func (s *storageMeta) SetDeletionTimestamp(t *metav1.Time) { s.deleted = t }
-func (s *storageMeta) GetLabels() map[string]string        { return unpackPairs(s.labels) }
-func (s *storageMeta) SetLabels(m map[string]string)       { s.labels = packPairs(m) }
-func (s *storageMeta) GetAnnotations() map[string]string   { return unpackPairs(s.annotations) }
-func (s *storageMeta) SetAnnotations(m map[string]string)  { s.annotations = packPairs(m) }
+func (s *storageMeta) GetLabels() map[string]string {
+	if s.pairs == nil {
+		return nil
+	}
+	return unpackPairs(s.pairs.labels)
+}
+func (s *storageMeta) GetAnnotations() map[string]string {
+	if s.pairs == nil {
+		return nil
+	}
+	return unpackPairs(s.pairs.annotations)
+}
+func (s *storageMeta) SetLabels(m map[string]string) {
+	s.setPairs(packPairs(m), nil, true)
+}
+func (s *storageMeta) SetAnnotations(m map[string]string) {
+	s.setPairs(nil, packPairs(m), false)
+}
+
+// setPairs replaces the labels (isLabels) or the annotations.
+func (s *storageMeta) setPairs(labels, annotations []string, isLabels bool) {
+	var cp metaPairs
+	if s.pairs != nil {
+		cp = *s.pairs
+	}
+	if isLabels {
+		cp.labels = labels
+	} else {
+		cp.annotations = annotations
+	}
+	s.pairs = nil
+	if cp.labels != nil || cp.annotations != nil {
+		s.pairs = &cp
+	}
+}
+
 func (s *storageMeta) GetOwnerReferences() []metav1.OwnerReference {
 	if s.rest != nil && s.rest.OwnerReferences != nil {
 		return s.rest.OwnerReferences
@@ -218,13 +264,19 @@ func (s *storageMeta) deepCopy() storageMeta {
 // shared by equal ones.
 type packedClaim struct {
 	storageMeta
-	accessModes      []corev1.PersistentVolumeAccessMode
-	requests, limits corev1.ResourceList
-	class            *string
-	volumeMode       *corev1.PersistentVolumeMode
-	attributesClass  *string
-	phase            corev1.PersistentVolumeClaimPhase
-	capacity         corev1.ResourceList
+	accessModes *[]corev1.PersistentVolumeAccessMode
+	requests    corev1.ResourceList
+	class       *string
+	volumeMode  *corev1.PersistentVolumeMode
+	phase       corev1.PersistentVolumeClaimPhase
+	capacity    corev1.ResourceList
+	rare        *claimRare // nil for none
+}
+
+// claimRare is what claims seldom set.
+type claimRare struct {
+	limits          corev1.ResourceList
+	attributesClass *string
 }
 
 // GetObjectKind is for client-go's interfaces; the cache never asks.
@@ -240,15 +292,18 @@ func (p *packedClaim) DeepCopyObject() runtime.Object {
 // packClaim makes the record of a (stripped) claim.
 func packClaim(pvc *corev1.PersistentVolumeClaim) *packedClaim {
 	s := &pvc.Spec
-	return &packedClaim{
+	p := &packedClaim{
 		storageMeta: packMeta(&pvc.ObjectMeta),
 		accessModes: internAccessModes(s.AccessModes),
-		requests:    internQuantities(s.Resources.Requests), limits: internQuantities(s.Resources.Limits),
-		class: internStringPtr(s.StorageClassName), volumeMode: internVolumeMode(s.VolumeMode),
-		attributesClass: s.VolumeAttributesClassName,
-		phase:           corev1.PersistentVolumeClaimPhase(internString(string(pvc.Status.Phase))),
-		capacity:        internQuantities(pvc.Status.Capacity),
+		requests:    internQuantities(s.Resources.Requests),
+		class:       internStringPtr(s.StorageClassName), volumeMode: internVolumeMode(s.VolumeMode),
+		phase:    corev1.PersistentVolumeClaimPhase(internString(string(pvc.Status.Phase))),
+		capacity: internQuantities(pvc.Status.Capacity),
 	}
+	if s.Resources.Limits != nil || s.VolumeAttributesClassName != nil {
+		p.rare = &claimRare{limits: internQuantities(s.Resources.Limits), attributesClass: s.VolumeAttributesClassName}
+	}
+	return p
 }
 
 // claim builds the typed claim (sharing the record's slices, pointers and
@@ -257,16 +312,22 @@ func (p *packedClaim) claim() *corev1.PersistentVolumeClaim {
 	if p == nil {
 		return nil
 	}
-	return &corev1.PersistentVolumeClaim{
+	pvc := &corev1.PersistentVolumeClaim{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
 		ObjectMeta: p.objectMeta(),
 		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      p.accessModes,
-			Resources:        corev1.VolumeResourceRequirements{Requests: p.requests, Limits: p.limits},
-			StorageClassName: p.class, VolumeMode: p.volumeMode, VolumeAttributesClassName: p.attributesClass,
+			Resources:        corev1.VolumeResourceRequirements{Requests: p.requests},
+			StorageClassName: p.class, VolumeMode: p.volumeMode,
 		},
 		Status: corev1.PersistentVolumeClaimStatus{Phase: p.phase, Capacity: p.capacity},
 	}
+	if p.accessModes != nil {
+		pvc.Spec.AccessModes = *p.accessModes
+	}
+	if r := p.rare; r != nil {
+		pvc.Spec.Resources.Limits, pvc.Spec.VolumeAttributesClassName = r.limits, r.attributesClass
+	}
+	return pvc
 }
 
 // bytes is the claim's size as translate.ClaimInfoOf counts it: its
@@ -390,18 +451,21 @@ func (c *Cluster) cachedDataVolume(ns, name string) *packedDataVolume {
 	return p
 }
 
-// Interning of the records' small parts, in intern.go's bounded tables.
+// The records' small parts shared by equal ones, in tables bounded as
+// intern.go's (internAs).
 var internedStorage = struct {
 	strs   map[string]string
 	ptrs   map[string]*string
 	modes  map[string]*corev1.PersistentVolumeMode
-	access map[string][]corev1.PersistentVolumeAccessMode
+	access map[string]*[]corev1.PersistentVolumeAccessMode
+	owners map[string]*ownerKind
 	pairs  map[string][]string
 	bools  [2]*bool
 }{
 	strs: map[string]string{}, ptrs: map[string]*string{}, modes: map[string]*corev1.PersistentVolumeMode{},
-	access: map[string][]corev1.PersistentVolumeAccessMode{}, pairs: map[string][]string{},
-	bools: [2]*bool{new(bool), func() *bool { t := true; return &t }()},
+	access: map[string]*[]corev1.PersistentVolumeAccessMode{}, pairs: map[string][]string{},
+	owners: map[string]*ownerKind{},
+	bools:  [2]*bool{new(bool), func() *bool { t := true; return &t }()},
 }
 
 // internString returns a string equal to s, shared.
@@ -430,28 +494,19 @@ func internVolumeMode(p *corev1.PersistentVolumeMode) *corev1.PersistentVolumeMo
 	return internAs(internedStorage.modes, string(v), &v)
 }
 
-// internAccessModes returns a slice equal to m, shared.
-func internAccessModes(m []corev1.PersistentVolumeAccessMode) []corev1.PersistentVolumeAccessMode {
-	if len(m) == 0 {
-		return m
+// internAccessModes returns a pointer to a slice equal to m, shared (nil
+// for nil).
+func internAccessModes(m []corev1.PersistentVolumeAccessMode) *[]corev1.PersistentVolumeAccessMode {
+	if m == nil {
+		return nil
 	}
 	var b strings.Builder
 	for _, a := range m {
 		b.WriteString(string(a))
 		b.WriteByte(0)
 	}
-	return internAs(internedStorage.access, b.String(), slices.Clone(m))
-}
-
-// internBool is a shared pointer to a bool equal to *p.
-func internBool(p *bool) *bool {
-	switch {
-	case p == nil:
-		return nil
-	case *p:
-		return internedStorage.bools[1]
-	}
-	return internedStorage.bools[0]
+	cp := slices.Clone(m)
+	return internAs(internedStorage.access, b.String(), &cp)
 }
 
 // packPairs is a label or annotation map as key, value, … sorted by key,
@@ -493,12 +548,44 @@ func pairValue(p []string, key string) string {
 }
 
 // ownerRef is an owner reference with its UID as bytes, its API version
-// and kind shared, and its name, when it is the object's own (a
-// DataVolume's claim), sharing that string.
+// and kind shared, its flags as bits (ownerController …), and its name,
+// when it is the object's own (a DataVolume's claim), sharing that string.
 type ownerRef struct {
-	apiVersion, kind, name string
-	uid                    uuid
-	controller, block      *bool // shared
+	name  string
+	uid   uuid
+	kind  *ownerKind
+	flags uint8
+}
+
+// ownerKind is the API version and kind of an owner, shared.
+type ownerKind struct{ apiVersion, kind string }
+
+// The bits of ownerRef.flags: whether Controller and BlockOwnerDeletion
+// are set, and to true.
+const (
+	ownerController uint8 = 1 << iota
+	ownerControllerTrue
+	ownerBlock
+	ownerBlockTrue
+)
+
+// boolBits are the flag bits of b: set, set and true.
+func boolBits(b *bool, set, isTrue uint8) uint8 {
+	switch {
+	case b == nil:
+		return 0
+	case *b:
+		return set | isTrue
+	}
+	return set
+}
+
+// bitsBool is the shared *bool of boolBits' bits.
+func bitsBool(flags, set, isTrue uint8) *bool {
+	if flags&set == 0 {
+		return nil
+	}
+	return internedStorage.bools[min(1, int(flags&isTrue))]
 }
 
 // packOwners is refs as ownerRefs, false when a UID is not in
@@ -519,9 +606,10 @@ func packOwners(refs []metav1.OwnerReference, name string) ([]ownerRef, bool) {
 		if r.Name == name {
 			r.Name = name
 		}
+		kind := internAs(internedStorage.owners, r.APIVersion+"\x00"+r.Kind, &ownerKind{apiVersion: r.APIVersion, kind: r.Kind})
 		out[i] = ownerRef{
-			apiVersion: internString(r.APIVersion), kind: internString(r.Kind), name: r.Name, uid: uid,
-			controller: internBool(r.Controller), block: internBool(r.BlockOwnerDeletion),
+			name: r.Name, uid: uid, kind: kind,
+			flags: boolBits(r.Controller, ownerController, ownerControllerTrue) | boolBits(r.BlockOwnerDeletion, ownerBlock, ownerBlockTrue),
 		}
 	}
 	return out, true
@@ -535,8 +623,9 @@ func unpackOwners(refs []ownerRef) []metav1.OwnerReference {
 	out := make([]metav1.OwnerReference, len(refs))
 	for i, r := range refs {
 		out[i] = metav1.OwnerReference{
-			APIVersion: r.apiVersion, Kind: r.kind, Name: r.name, UID: r.uid.uid(),
-			Controller: r.controller, BlockOwnerDeletion: r.block,
+			APIVersion: r.kind.apiVersion, Kind: r.kind.kind, Name: r.name, UID: r.uid.uid(),
+			Controller:         bitsBool(r.flags, ownerController, ownerControllerTrue),
+			BlockOwnerDeletion: bitsBool(r.flags, ownerBlock, ownerBlockTrue),
 		}
 	}
 	return out
@@ -613,6 +702,6 @@ func (p *packedClaim) file() string {
 	if !p.hasAnnotations() {
 		return ""
 	}
-	content, _, _ := translate.FileOf(unpackPairs(p.annotations))
+	content, _, _ := translate.FileOf(unpackPairs(p.pairs.annotations))
 	return content
 }
