@@ -95,7 +95,8 @@ type Cluster struct {
 	// the node table, the pools); metricsGen counts usage readings published.
 	guestGen, metricsGen atomic.Uint64
 	// claimGen counts changes to the claims; diskUse is the space the disk
-	// claims take per class, as of a claimGen.
+	// claims take per class (and the vmids with disk claims), as of a
+	// claimGen.
 	claimGen atomic.Uint64
 	diskUse  atomic.Pointer[diskUse]
 	mu       sync.Mutex // serialises table rebuilds
@@ -248,7 +249,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc, pvcVMIDIndex: pvcVMIDIndexFunc}, stripStorage, c.claimChanged())
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc}, packingClaims, c.claimChanged())
 	c.optional = c.startOptionalStores(ctx, runCtx)
 	stores := c.allStores()
 	for _, s := range stores {

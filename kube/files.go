@@ -57,7 +57,7 @@ func (c *Cluster) startCDIStore(ctx context.Context) []*store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return cdi.DataVolumes(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, nil, stripStorage, c.Tasks.touchBy(ownerKeys))
+	}, c.opts.Resync, nil, packingDataVolumes(&specCodec{}), c.Tasks.touchBy(ownerKeys))
 	return []*store{c.dataVolumes}
 }
 
@@ -68,9 +68,10 @@ func ClaimPath(ns, name string) string { return "/dev/pvc/" + ns + "/" + name }
 // HasCDI tells whether DataVolumes can be made and watched.
 func (c *Cluster) HasCDI() bool { return c.dataVolumes != nil }
 
-// DataVolume returns a cached DataVolume, or nil.
+// DataVolume returns a cached DataVolume (decoded from its record: read
+// it, never modify it), or nil.
 func (c *Cluster) DataVolume(ns, name string) *cdiv1.DataVolume {
-	return cached[cdiv1.DataVolume](c.dataVolumes, ns, name)
+	return c.cachedDataVolume(ns, name).dataVolume()
 }
 
 // ClaimPopulated tells whether a claim holds its data: false while the
@@ -81,11 +82,12 @@ func (c *Cluster) ClaimPopulated(pvc *corev1.PersistentVolumeClaim) bool {
 	if ref == nil || ref.Kind != "DataVolume" {
 		return true
 	}
-	dv := c.DataVolume(pvc.Namespace, ref.Name)
-	if dv == nil || dv.UID != ref.UID {
+	// The record, not DataVolume: storage listings ask of every file.
+	dv := c.cachedDataVolume(pvc.Namespace, ref.Name)
+	if dv == nil || !dv.hasUID(ref.UID) {
 		return true // collected after it succeeded: the claim is what is left
 	}
-	return dv.Status.Phase == cdiv1.Succeeded
+	return dv.phase == cdiv1.Succeeded
 }
 
 // CreateFile creates the DataVolume of a file download or upload, as the
@@ -265,12 +267,10 @@ const pvcFileIndex = "file"
 // pvcFileIndexFunc indexes claims holding a file of a directory storage
 // by its content type.
 func pvcFileIndexFunc(obj any) ([]string, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		return nil, nil
-	}
-	if content, _, ok := translate.FileOf(pvc.Annotations); ok {
-		return []string{content}, nil
+	if pvc, ok := obj.(*packedClaim); ok {
+		if content := pvc.file(); content != "" {
+			return []string{content}, nil
+		}
 	}
 	return nil, nil
 }
@@ -284,8 +284,18 @@ func (c *Cluster) FileClaims(content string) []*corev1.PersistentVolumeClaim {
 			continue
 		}
 		for _, o := range c.pvcs.byIndex(pvcFileIndex, t) {
-			out = append(out, o.(*corev1.PersistentVolumeClaim))
+			out = append(out, o.(*packedClaim).claim())
 		}
+	}
+	sortClaims(out)
+	return out
+}
+
+// claimsOf builds the claims of records, by namespace and name.
+func claimsOf(objs []any) []*corev1.PersistentVolumeClaim {
+	out := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(*packedClaim).claim())
 	}
 	sortClaims(out)
 	return out

@@ -147,6 +147,15 @@ func TestNextVMIDSkipsLeftDisks(t *testing.T) {
 	if used, _ := c.VMIDInUse(from); !used {
 		t.Fatal("VMIDInUse(an id with disks left) = false")
 	}
+	// Once its last disk is gone, the id is free again.
+	gone := "vm-" + strconv.Itoa(from) + "-disk-0"
+	if err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, gone, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the claim gone from the cache", func() bool { return c.CachedPVC("default", gone) == nil })
+	if used, _ := c.VMIDInUse(from); used {
+		t.Fatal("VMIDInUse(an id whose disks are gone) = true")
+	}
 }
 
 // TestHoldsExpire: holds older than nextIDHold go on the next hold as on

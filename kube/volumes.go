@@ -14,8 +14,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-
-	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
 // pvcStorageIndex indexes the claims holding VM disks by StorageClass (a
@@ -23,21 +21,6 @@ import (
 // directory storage whatever their class (FileClaims, pvcFileIndex), so a
 // storage's disks cost no walk over its files.
 const pvcStorageIndex = "storageclass"
-
-// pvcVMIDIndex indexes claims named as a VM's disks by that VM's id
-// (diskClaimVMID).
-const pvcVMIDIndex = "vmid"
-
-func pvcVMIDIndexFunc(obj any) ([]string, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		return nil, nil
-	}
-	if id, ok := diskClaimVMID(pvc.Name); ok {
-		return []string{id}, nil
-	}
-	return nil, nil
-}
 
 // diskClaimVMID returns the vmid of a claim named as a VM's disk
 // (vm-<vmid>-disk-<n>, or base-<vmid>-disk-<n> for a template's).
@@ -60,33 +43,36 @@ func allDigits(s string) bool {
 }
 
 func pvcStorageIndexFunc(obj any) ([]string, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || pvc.Spec.StorageClassName == nil {
-		return nil, nil
+	if class, ok := diskClass(obj); ok {
+		return []string{class}, nil
 	}
-	if _, _, file := translate.FileOf(pvc.Annotations); file {
-		return nil, nil
+	return nil, nil
+}
+
+// diskClass is the StorageClass of a cached claim holding a VM disk (one
+// with a class, not holding a file).
+func diskClass(obj any) (string, bool) {
+	pvc, ok := obj.(*packedClaim)
+	if !ok || pvc.class == nil || pvc.file() != "" {
+		return "", false
 	}
-	return []string{*pvc.Spec.StorageClassName}, nil
+	return *pvc.class, true
 }
 
 // DiskClaims lists the cached claims of a StorageClass (a PVE storage)
-// that hold VM disks, not files, by namespace and name.
+// that hold VM disks, not files, by namespace and name. The claims are
+// built from the cache's records: read them, never modify them.
 func (c *Cluster) DiskClaims(storageClass string) []*corev1.PersistentVolumeClaim {
-	objs := c.pvcs.byIndex(pvcStorageIndex, storageClass)
-	out := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
-	for _, o := range objs {
-		out = append(out, o.(*corev1.PersistentVolumeClaim))
-	}
-	sortClaims(out)
-	return out
+	return claimsOf(c.pvcs.byIndex(pvcStorageIndex, storageClass))
 }
 
-// diskUse is the space the disk claims of each StorageClass take, as of
+// diskUse is the space the disk claims of each StorageClass take, and
+// the vmids that have claims named as their disks (diskClaimVMID), as of
 // the Cluster's claimGen gen.
 type diskUse struct {
 	gen   uint64
 	bytes map[string]int64
+	vmids map[string]struct{}
 }
 
 // claimChanged is the claim cache's change handler: it wakes the tasks
@@ -105,25 +91,35 @@ func (c *Cluster) claimChanged() changeFunc {
 // not per call: every storage row and /cluster/resources asks for it, and
 // a class may hold thousands of claims.
 func (c *Cluster) DiskClaimsBytes(storageClass string) int64 {
+	return c.claimTotals().bytes[storageClass]
+}
+
+// claimTotals is the diskUse of the claims cached now, made anew once
+// per change of the claims.
+func (c *Cluster) claimTotals() *diskUse {
 	gen := c.claimGen.Load()
 	if u := c.diskUse.Load(); u != nil && u.gen == gen {
-		return u.bytes[storageClass]
+		return u
 	}
-	u := &diskUse{gen: gen, bytes: map[string]int64{}}
+	u := &diskUse{gen: gen, bytes: map[string]int64{}, vmids: map[string]struct{}{}}
 	for _, o := range c.pvcs.list() {
-		pvc := o.(*corev1.PersistentVolumeClaim)
-		classes, _ := pvcStorageIndexFunc(pvc)
-		for _, class := range classes {
-			u.bytes[class] += translate.ClaimInfoOf(pvc).Bytes
+		if class, ok := diskClass(o); ok {
+			u.bytes[class] += o.(*packedClaim).bytes()
+		}
+		if p, ok := o.(*packedClaim); ok {
+			if id, ok := diskClaimVMID(p.name); ok {
+				u.vmids[id] = struct{}{}
+			}
 		}
 	}
 	c.diskUse.Store(u)
-	return u.bytes[storageClass]
+	return u
 }
 
-// CachedPVC returns a claim from the cache, or nil.
+// CachedPVC returns a claim from the cache (built from its record: read
+// it, never modify it), or nil.
 func (c *Cluster) CachedPVC(ns, name string) *corev1.PersistentVolumeClaim {
-	return cached[corev1.PersistentVolumeClaim](c.pvcs, ns, name)
+	return c.cachedClaim(ns, name).claim()
 }
 
 // StorageClassExpands tells whether claims of a StorageClass can grow.
@@ -353,15 +349,15 @@ func (c *Cluster) DeleteVolume(ctx context.Context, ns, name string) error {
 // DataVolume (whose disks are provisioned once the claims exist).
 func (c *Cluster) claimKeys(obj any) []string {
 	out := ownerKeys(obj)
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	pvc, ok := obj.(*packedClaim)
 	if !ok {
 		return out
 	}
-	for _, r := range pvc.OwnerReferences {
+	for _, r := range pvc.GetOwnerReferences() {
 		if r.Kind != "DataVolume" {
 			continue
 		}
-		if dv := cached[cdiv1.DataVolume](c.dataVolumes, pvc.Namespace, r.Name); dv != nil {
+		if dv := c.cachedDataVolume(pvc.namespace, r.Name); dv != nil {
 			out = append(out, ownerKeys(dv)[1:]...)
 		}
 	}
