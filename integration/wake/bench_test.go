@@ -150,7 +150,7 @@ func benchThroughput(b *testing.B, conc int, dur time.Duration) (t throughput) {
 	// pairs at 2s. The pairs' order alternates (benchload).
 	const round = 250 * time.Millisecond
 	t.rounds = max(8, int(8*dur/round))
-	res, err := benchload.AlternateLoaded(c, conc, t.rounds, round, targets...)
+	res, err := benchload.Alternate(c, conc, t.rounds, round, targets...)
 	if err != nil {
 		b.Fatal(err)
 	}

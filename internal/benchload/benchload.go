@@ -84,35 +84,19 @@ func Client(n int) *http.Client {
 }
 
 // Alternate loads the targets in turn, rounds times over, each round a
-// fixed number of requests spread over conc parallel clients (as many as
-// take about round, at least 4 per client, measured on the first), and
-// returns their throughput in the order given. Rounds of whole requests
-// keep a slow answer in flight at the end of a round from skewing it.
-// Any answer other than 200 fails it.
+// fixed number of requests spread over conc parallel clients, and returns
+// their throughput in the order given. Rounds of whole requests keep a
+// slow answer in flight at the end of a round from skewing it. Any answer
+// other than 200 fails it.
 //
-// One request alone says little of the rate under load: with more
-// clients than cores, rounds last longer than round (AlternateLoaded
-// sizes them from the rate under load).
+// Each target's rounds are sized from its rate under conc parallel
+// clients (a burst of 16 requests per client), so that a round lasts
+// about round however many clients share the cores; sized from one
+// request alone, rounds of 32 clients on 2 cores lasted ~6 s instead of a
+// quarter second. Short rounds put the two halves of a pair close in
+// time: other work on the machine, which comes and goes over seconds,
+// then lands on both alike.
 func Alternate(c *http.Client, conc, rounds int, round time.Duration, targets ...Target) ([]Result, error) {
-	per := make([]int, len(targets))
-	for i, t := range targets {
-		start := time.Now()
-		if _, err := Get(c, t); err != nil {
-			return nil, err
-		}
-		one := max(time.Since(start), time.Microsecond)
-		per[i] = max(4*conc, int(round/one)*conc)
-	}
-	return alternate(c, conc, rounds, per, targets)
-}
-
-// AlternateLoaded is Alternate with each target's rounds sized from its
-// rate under conc parallel clients (a burst of 16 requests per client),
-// so that a round lasts about round however many clients share the
-// cores. Short rounds put the two halves of a pair close in time: other
-// work on the machine, which comes and goes over seconds, then lands on
-// both alike.
-func AlternateLoaded(c *http.Client, conc, rounds int, round time.Duration, targets ...Target) ([]Result, error) {
 	per := make([]int, len(targets))
 	for i, t := range targets {
 		n := 16 * conc
