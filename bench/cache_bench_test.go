@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -69,5 +71,30 @@ func perVM(b *testing.B, n int, objs []k8sruntime.Object) float64 {
 	if got := len(c.Guests()); got < n {
 		b.Fatalf("cache has %d guests, want %d", got, n)
 	}
-	return float64(heap()-before) / float64(n)
+	grown := heap() - before
+	if dir := os.Getenv("CACHE_HEAP_PROFILE"); dir != "" {
+		writeHeapProfile(b, fmt.Sprintf("%s/cache-%d-%d.prof", dir, n, len(objs)))
+	}
+	return float64(grown) / float64(n)
+}
+
+func init() {
+	if os.Getenv("CACHE_HEAP_PROFILE") != "" {
+		// Fine enough to see bookkeeping of tens of bytes per object.
+		runtime.MemProfileRate = 4096
+	}
+}
+
+// writeHeapProfile writes the heap profile as of now, the cluster still
+// running (CACHE_HEAP_PROFILE=<dir>: what the test binary's -memprofile
+// would miss, as it is written after the clusters stopped).
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
