@@ -63,6 +63,10 @@ func BenchmarkCacheMemoryPerVM(b *testing.B) {
 func perVM(b *testing.B, n int, objs []k8sruntime.Object) float64 {
 	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(append(kubevirtsim.Seed(), objs...)...)
 	before := heap()
+	dir := os.Getenv("CACHE_HEAP_PROFILE")
+	if dir != "" {
+		writeHeapProfile(b, fmt.Sprintf("%s/cache-%d-%d-before.prof", dir, n, len(objs)))
+	}
 	c := kube.New(kc, kv, nil, kube.Options{SyncTimeout: time.Minute, CDI: cdi, AssumeKubeVirtAPIs: true})
 	if err := c.Start(context.Background()); err != nil {
 		b.Fatal(err)
@@ -72,7 +76,7 @@ func perVM(b *testing.B, n int, objs []k8sruntime.Object) float64 {
 		b.Fatalf("cache has %d guests, want %d", got, n)
 	}
 	grown := heap() - before
-	if dir := os.Getenv("CACHE_HEAP_PROFILE"); dir != "" {
+	if dir != "" {
 		writeHeapProfile(b, fmt.Sprintf("%s/cache-%d-%d.prof", dir, n, len(objs)))
 	}
 	return float64(grown) / float64(n)
@@ -87,7 +91,9 @@ func init() {
 
 // writeHeapProfile writes the heap profile as of now, the cluster still
 // running (CACHE_HEAP_PROFILE=<dir>: what the test binary's -memprofile
-// would miss, as it is written after the clusters stopped).
+// would miss, as it is written after the clusters stopped); the one
+// written before the cluster starts is the base to compare with
+// (go tool pprof -diff_base).
 func writeHeapProfile(b *testing.B, path string) {
 	f, err := os.Create(path)
 	if err != nil {

@@ -81,8 +81,10 @@ func (g Guest) VMI() *kubevirtv1.VirtualMachineInstance {
 }
 
 // Meta is the VM's metadata and status without decoding: of its spec it
-// has only Running and RunStrategy. Whatever reads the spec (its template,
-// disks, sizes) reads VM.
+// has only Running and RunStrategy, of its status not the volume and
+// snapshot bookkeeping (coldVMStatus), and its conditions without their
+// times; its stored PVE config annotation is there, but empty. Whatever
+// reads more (the config, its template, disks, sizes) reads VM.
 func (g Guest) Meta() *kubevirtv1.VirtualMachine {
 	if g.vm != nil {
 		return g.vm.VirtualMachine
@@ -94,10 +96,10 @@ func (g Guest) Meta() *kubevirtv1.VirtualMachine {
 }
 
 // InstanceMeta is the instance's metadata and status without decoding,
-// nil when no instance exists. Its spec is empty, and so are the status
-// parts packed with it (coldVMIStatus: the agent's interfaces and OS, the
-// memory and CPU topology, the machine, the phase history): whatever reads
-// those reads VMI.
+// nil when no instance exists. Its spec is empty, and of its status it has
+// the phase, node, migration state and conditions (without their times:
+// hotVMIStatus); whatever reads more (the agent's interfaces and OS, the
+// memory and CPU topology, the machine, the phase history) reads VMI.
 func (g Guest) InstanceMeta() *kubevirtv1.VirtualMachineInstance {
 	if g.vmi != nil {
 		if g.full == nil {

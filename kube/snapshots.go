@@ -521,7 +521,7 @@ func (c *Cluster) reapplySnapshotConfig(ctx context.Context, ns, restoreName str
 	if err != nil || recorded == nil {
 		return err
 	}
-	cur := vo.VirtualMachine // metadata only
+	cur := vo.full() // the cached metadata lacks the config's value
 	set := map[string]any{}
 	for _, k := range []string{translate.AnnotationConfig, translate.AnnotationName} {
 		want, had := recorded.Annotations[k]
