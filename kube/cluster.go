@@ -170,7 +170,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	vmChanged := func(old, new any) {
 		o, _ := old.(*packedVM)
 		n, _ := new.(*packedVM)
-		if o == nil || n == nil || o.Labels[translate.LabelVMID] != n.Labels[translate.LabelVMID] {
+		if o == nil || n == nil || o.label(translate.LabelVMID) != n.label(translate.LabelVMID) {
 			c.vmidGen.Add(1)
 		}
 		c.guestGen.Add(1)

@@ -31,19 +31,27 @@ func TestPackedObjectsDecodeWhole(t *testing.T) {
 			if got := p.full(); !equality.Semantic.DeepEqual(got, want) {
 				t.Errorf("VM %s decodes to\n%+v\nwant\n%+v", o.Name, got.Spec, want.Spec)
 			}
-			if p.Spec.Template != nil || len(p.Spec.DataVolumeTemplates) != 0 || p.Spec.RunStrategy == nil ||
-				p.Annotations[translate.AnnotationConfig] != "" || p.Status.PrintableStatus == "" {
-				t.Errorf("cached VM %s: %+v", o.Name, p.VirtualMachine)
+			if m := p.meta(); m.Spec.Template != nil || len(m.Spec.DataVolumeTemplates) != 0 || m.Spec.RunStrategy == nil ||
+				m.Annotations[translate.AnnotationConfig] != "" || m.Status.PrintableStatus == "" || m.Labels[translate.LabelVMID] == "" ||
+				m.UID != o.UID || m.ResourceVersion != o.ResourceVersion || m.Kind != o.Kind {
+				t.Errorf("cached VM %s: %+v", o.Name, m)
+			}
+			if p.ObjectMeta.Labels != nil || p.ObjectMeta.Annotations != nil {
+				t.Errorf("cached VM %s keeps maps: %v %v", o.Name, p.ObjectMeta.Labels, p.ObjectMeta.Annotations)
 			}
 			if len(p.claims) != 1 || p.claims[0] != o.Spec.DataVolumeTemplates[0].Name {
 				t.Errorf("cached VM %s claims %v", o.Name, p.claims)
 			}
-			if _, made := p.Annotations[translate.AnnotationConfig]; !made || translate.StoredConfig(p.full())["name"] == "" {
+			if _, made := p.meta().Annotations[translate.AnnotationConfig]; !made || translate.StoredConfig(p.full())["name"] == "" {
 				t.Errorf("cached VM %s: the config's key is gone, or its value does not decode", o.Name)
 			}
 			g := Guest{VMID: 1, vm: p, full: &guestFull{}}
-			if g.Meta().Spec.Template != nil || g.VM().Spec.Template == nil || g.VM() != g.VM() || g.Packed().full == g.full {
-				t.Error("Guest: Meta has a template, VM none, or VM decodes anew, or Packed keeps the decoded VM")
+			if g.Meta().Spec.Template != nil || g.VM().Spec.Template == nil || g.VM() != g.VM() || g.Meta() != g.Meta() || g.Packed().full == g.full {
+				t.Error("Guest: Meta has a template, VM none, or VM or Meta are made anew, or Packed keeps the decoded VM")
+			}
+			if g.Name() != o.Name || g.Namespace() != o.Namespace || g.UID() != o.UID || g.ResourceVersion() != o.ResourceVersion ||
+				g.PVEName() != o.Annotations[translate.AnnotationName] || g.Template() {
+				t.Errorf("Guest %s: name %q/%q, uid %q, version %q, PVE name %q", o.Name, g.Namespace(), g.Name(), g.UID(), g.ResourceVersion(), g.PVEName())
 			}
 		case *kubevirtv1.VirtualMachineInstance:
 			want := mustStrip(t, stripVMI, o.DeepCopy()).(*kubevirtv1.VirtualMachineInstance)
