@@ -103,6 +103,9 @@ type Cluster struct {
 	nextIDs  idHolds // ids /cluster/nextid handed out lately
 	nodeTab  atomic.Pointer[nodeTable]
 
+	// diskClaimIDs are the vmids the disk claims name, as of a claimGen.
+	diskClaimIDs atomic.Pointer[diskClaimIDs]
+
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
 	// kvMetrics polls Options.KubeVirtMetrics.
@@ -248,7 +251,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kube.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc, pvcVMIDIndex: pvcVMIDIndexFunc}, stripStorage, c.claimChanged())
+	}, c.opts.Resync, cache.Indexers{pvcStorageIndex: pvcStorageIndexFunc, pvcFileIndex: pvcFileIndexFunc}, stripStorage, c.claimChanged())
 	c.optional = c.startOptionalStores(ctx, runCtx)
 	stores := c.allStores()
 	for _, s := range stores {

@@ -192,7 +192,43 @@ func (c *Cluster) VMIDInUse(id int) (bool, string) {
 // after the VM, and a VM given the id meanwhile would name its first disk
 // vm-<vmid>-disk-1. /cluster/nextid does not offer such an id.
 func (c *Cluster) diskClaimsLeft(vmid int) bool {
-	return c.pvcs != nil && len(c.pvcs.byIndex(pvcVMIDIndex, strconv.Itoa(vmid))) > 0
+	if c.pvcs == nil {
+		return false
+	}
+	_, ok := c.diskClaimVMIDs().ids[vmid]
+	return ok
+}
+
+// diskClaimIDs are the vmids that claims named as disks name, as of a
+// claimGen.
+type diskClaimIDs struct {
+	gen uint64
+	ids map[int]struct{}
+}
+
+// diskClaimVMIDs are the vmids of the cached disk claims, gathered once
+// per change of the claims and only when asked (nextid). An informer
+// index by vmid did this at the cost of a set per VM, some 300 bytes a
+// VM for every VM, for a question asked at creates.
+func (c *Cluster) diskClaimVMIDs() *diskClaimIDs {
+	gen := c.claimGen.Load()
+	if d := c.diskClaimIDs.Load(); d != nil && d.gen == gen {
+		return d
+	}
+	d := &diskClaimIDs{gen: gen, ids: map[int]struct{}{}}
+	for _, o := range c.pvcs.list() {
+		m, ok := o.(metav1.Object)
+		if !ok {
+			continue
+		}
+		if id, ok := diskClaimVMID(m.GetName()); ok {
+			if n, err := strconv.Atoi(id); err == nil {
+				d.ids[n] = struct{}{}
+			}
+		}
+	}
+	c.diskClaimIDs.Store(d)
+	return d
 }
 
 // nextIDHold is how long an id /cluster/nextid offered stays out of its

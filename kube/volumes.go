@@ -24,21 +24,6 @@ import (
 // storage's disks cost no walk over its files.
 const pvcStorageIndex = "storageclass"
 
-// pvcVMIDIndex indexes claims named as a VM's disks by that VM's id
-// (diskClaimVMID).
-const pvcVMIDIndex = "vmid"
-
-func pvcVMIDIndexFunc(obj any) ([]string, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		return nil, nil
-	}
-	if id, ok := diskClaimVMID(pvc.Name); ok {
-		return []string{id}, nil
-	}
-	return nil, nil
-}
-
 // diskClaimVMID returns the vmid of a claim named as a VM's disk
 // (vm-<vmid>-disk-<n>, or base-<vmid>-disk-<n> for a template's).
 func diskClaimVMID(name string) (string, bool) {
