@@ -147,3 +147,24 @@ func TestPackedVMsLeaveInternTables(t *testing.T) {
 		t.Errorf("packing 20 VMs added %d maps to the intern tables", grown)
 	}
 }
+
+// TestPackedVMKeepsNilAndEmptyMaps: a VM whose annotations the transform
+// emptied still shows an empty map, and one without labels none: ReplaceVM
+// adds a map only when the cached VM has none, which would replace the
+// cluster's.
+func TestPackedVMKeepsNilAndEmptyMaps(t *testing.T) {
+	objs, err := fleet.Objects(fleet.Spec{Namespace: "default", N: 1, FirstVMID: 1000, Nodes: []string{"kv-node-1.lab.internal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := objs[0].(*kubevirtv1.VirtualMachine).DeepCopy()
+	vm.Annotations = map[string]string{"kubevirt.io/latest-observed-api-version": "v1"}
+	vm.Labels = nil
+	p := mustStrip(t, packingVMs(vmCodec()), vm).(*packedVM)
+	if m := p.meta(); m.Annotations == nil || len(m.Annotations) != 0 || m.Labels != nil {
+		t.Errorf("cached VM's annotations %#v, labels %#v; want an empty map and nil", m.Annotations, m.Labels)
+	}
+	if p.GetAnnotations() == nil || p.GetLabels() != nil {
+		t.Error("the record's metav1.Object maps differ from Meta's")
+	}
+}
