@@ -133,11 +133,11 @@ func (g Guest) Packed() Guest {
 }
 
 // objectMeta is the VM's metadata but its labels and annotations.
-func (g Guest) objectMeta() *metav1.ObjectMeta {
+func (g Guest) objectMeta() metav1.Object {
 	if g.vm != nil {
-		return &g.vm.ObjectMeta
+		return &g.vm.recordMeta
 	}
-	return &g.Meta().ObjectMeta
+	return g.Meta()
 }
 
 // annotation is the VM's annotation k, and whether it has one.
@@ -150,13 +150,13 @@ func (g Guest) annotation(k string) (string, bool) {
 }
 
 // Namespace is the VM's namespace.
-func (g Guest) Namespace() string { return g.objectMeta().Namespace }
+func (g Guest) Namespace() string { return g.objectMeta().GetNamespace() }
 
 // UID is the VM's UID.
-func (g Guest) UID() types.UID { return g.objectMeta().UID }
+func (g Guest) UID() types.UID { return g.objectMeta().GetUID() }
 
 // ResourceVersion is the VM's resourceVersion as cached.
-func (g Guest) ResourceVersion() string { return g.objectMeta().ResourceVersion }
+func (g Guest) ResourceVersion() string { return g.objectMeta().GetResourceVersion() }
 
 // PoolAnnotation is the pool the VM names (translate.AnnotationPool, ""
 // for none); set is false without the annotation, when the namespace
@@ -166,7 +166,7 @@ func (g Guest) PoolAnnotation() (pool string, set bool) {
 }
 
 // Name is the VM's Kubernetes name.
-func (g Guest) Name() string { return g.objectMeta().Name }
+func (g Guest) Name() string { return g.objectMeta().GetName() }
 
 // PVEName is the name shown to Proxmox clients: the stored PVE name; for
 // a VM made through the API without one "VM <vmid>", as qemu-server's

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -165,10 +166,9 @@ func (c *specCodec) unpack(blob []byte, v any) error {
 // bytes, and a Go map of one label 300 more; meta makes one when asked
 // (Guest.Meta once per Guest).
 type packedVM struct {
-	metav1.ObjectMeta // without its labels and annotations: see meta
-	typeMeta          metav1.TypeMeta
-	// Labels and Annotations are the VM's, as pairs; they hide
-	// ObjectMeta's maps (nil here), so that no one reads those by mistake.
+	recordMeta
+	typeMeta metav1.TypeMeta
+	// Labels and Annotations are the VM's, as pairs.
 	Labels, Annotations pairs
 	running             *bool
 	runStrategy         *kubevirtv1.VirtualMachineRunStrategy
@@ -197,7 +197,7 @@ func (p *packedVM) annotation(k string) string { v, _ := p.Annotations.get(k); r
 // stay shared: no one changes a cached object.
 func (p *packedVM) DeepCopyObject() runtime.Object {
 	cp := *p
-	p.ObjectMeta.DeepCopyInto(&cp.ObjectMeta)
+	cp.recordMeta = p.recordMeta.deepCopy()
 	cp.status.snapshotInProgress = copyPtr(p.status.snapshotInProgress)
 	cp.status.restoreInProgress = copyPtr(p.status.restoreInProgress)
 	cp.status.startFailure = p.status.startFailure.DeepCopy()
@@ -251,8 +251,8 @@ func (p *packedVM) meta() *kubevirtv1.VirtualMachine {
 	if p == nil {
 		return nil
 	}
-	vm := &kubevirtv1.VirtualMachine{TypeMeta: p.typeMeta, ObjectMeta: p.ObjectMeta, Status: p.status.vmStatus()}
-	vm.Labels, vm.Annotations = p.Labels.toMap(), p.Annotations.toMap()
+	vm := &kubevirtv1.VirtualMachine{TypeMeta: p.typeMeta, Status: p.status.vmStatus()}
+	vm.ObjectMeta = p.recordMeta.objectMeta(p.Labels.toMap(), p.Annotations.toMap())
 	vm.Spec = kubevirtv1.VirtualMachineSpec{Running: p.running, RunStrategy: p.runStrategy}
 	return vm
 }
@@ -294,12 +294,11 @@ func packVM(c *specCodec, vm *kubevirtv1.VirtualMachine) (*packedVM, error) {
 		return nil, err
 	}
 	p := &packedVM{
-		ObjectMeta: vm.ObjectMeta, typeMeta: internTypeMeta(vm.TypeMeta),
+		recordMeta: recordMetaOf(&vm.ObjectMeta), typeMeta: internTypeMeta(vm.TypeMeta),
 		Labels: pairsOf(vm.Labels), Annotations: pairsOf(vm.Annotations),
 		running: vm.Spec.Running, runStrategy: vm.Spec.RunStrategy, status: hotVMStatusOf(&vm.Status),
 		spec: blob, codec: c, claims: translate.VolumeClaims(vm),
 	}
-	p.ObjectMeta.Labels, p.ObjectMeta.Annotations = nil, nil
 	return p, nil
 }
 
@@ -311,10 +310,13 @@ func packVM(c *specCodec, vm *kubevirtv1.VirtualMachine) (*packedVM, error) {
 // its spec empty (the domain spec is inline), the other 500 bytes with
 // most of its fields empty; meta makes one when asked.
 type packedVMI struct {
-	metav1.ObjectMeta
-	status hotVMIStatus
-	spec   []byte
-	codec  *specCodec
+	recordMeta
+	// labels and annotations are the instance's (shared among equal
+	// ones: intern.go).
+	labels, annotations map[string]string
+	status              hotVMIStatus
+	spec                []byte
+	codec               *specCodec
 }
 
 // hotVMIStatus is what Guest.InstanceMeta shows of an instance's status:
@@ -330,11 +332,16 @@ type hotVMIStatus struct {
 // GetObjectKind is for client-go's interfaces; the cache never asks.
 func (p *packedVMI) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
+// GetLabels and GetAnnotations are the instance's (metav1.Object's).
+func (p *packedVMI) GetLabels() map[string]string      { return p.labels }
+func (p *packedVMI) GetAnnotations() map[string]string { return p.annotations }
+
 // DeepCopyObject keeps a packed instance packed (its conditions stay
 // shared: no one changes a cached object).
 func (p *packedVMI) DeepCopyObject() runtime.Object {
 	cp := *p
-	p.ObjectMeta.DeepCopyInto(&cp.ObjectMeta)
+	cp.recordMeta = p.recordMeta.deepCopy()
+	cp.labels, cp.annotations = maps.Clone(p.labels), maps.Clone(p.annotations)
 	cp.status.migration = p.status.migration.DeepCopy()
 	return &cp
 }
@@ -356,7 +363,7 @@ func (p *packedVMI) full() *kubevirtv1.VirtualMachineInstance {
 
 func packVMI(c *specCodec, vmi *kubevirtv1.VirtualMachineInstance) (*packedVMI, error) {
 	st := &vmi.Status
-	p := &packedVMI{ObjectMeta: vmi.ObjectMeta, codec: c, status: hotVMIStatus{
+	p := &packedVMI{recordMeta: recordMetaOf(&vmi.ObjectMeta), labels: vmi.Labels, annotations: vmi.Annotations, codec: c, status: hotVMIStatus{
 		phase: st.Phase, nodeName: st.NodeName, migration: st.MigrationState,
 		conditions: timelessVMIConditions(st.Conditions),
 	}}
@@ -412,7 +419,7 @@ func (p *packedVMI) meta() *kubevirtv1.VirtualMachineInstance {
 	}
 	return &kubevirtv1.VirtualMachineInstance{
 		TypeMeta:   metav1.TypeMeta{APIVersion: kubevirtv1.GroupVersion.String(), Kind: "VirtualMachineInstance"},
-		ObjectMeta: p.ObjectMeta,
+		ObjectMeta: p.recordMeta.objectMeta(p.labels, p.annotations),
 		Status: kubevirtv1.VirtualMachineInstanceStatus{
 			Phase: p.status.phase, NodeName: p.status.nodeName, Conditions: p.status.conditions, MigrationState: p.status.migration,
 		},

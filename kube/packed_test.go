@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/internal/fleet"
@@ -36,8 +37,8 @@ func TestPackedObjectsDecodeWhole(t *testing.T) {
 				m.UID != o.UID || m.ResourceVersion != o.ResourceVersion || m.Kind != o.Kind {
 				t.Errorf("cached VM %s: %+v", o.Name, m)
 			}
-			if p.ObjectMeta.Labels != nil || p.ObjectMeta.Annotations != nil {
-				t.Errorf("cached VM %s keeps maps: %v %v", o.Name, p.ObjectMeta.Labels, p.ObjectMeta.Annotations)
+			if p.rare != nil {
+				t.Errorf("cached VM %s keeps rare metadata: %+v", o.Name, p.rare)
 			}
 			if len(p.claims) != 1 || p.claims[0] != o.Spec.DataVolumeTemplates[0].Name {
 				t.Errorf("cached VM %s claims %v", o.Name, p.claims)
@@ -166,5 +167,39 @@ func TestPackedVMKeepsNilAndEmptyMaps(t *testing.T) {
 	}
 	if p.GetAnnotations() == nil || p.GetLabels() != nil {
 		t.Error("the record's metav1.Object maps differ from Meta's")
+	}
+}
+
+// TestPackedRecordsKeepRareMetadata: a VM or instance being deleted, or
+// named by generateName, decodes whole with that metadata, and its record
+// answers as a metav1.Object.
+func TestPackedRecordsKeepRareMetadata(t *testing.T) {
+	objs, err := fleet.Objects(fleet.Spec{Namespace: "default", N: 1, FirstVMID: 1000, Nodes: []string{"kv-node-1.lab.internal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grace := int64(30)
+	now := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	vm := objs[0].(*kubevirtv1.VirtualMachine).DeepCopy()
+	vmi := objs[3].(*kubevirtv1.VirtualMachineInstance).DeepCopy()
+	for _, m := range []*metav1.ObjectMeta{&vm.ObjectMeta, &vmi.ObjectMeta} {
+		m.GenerateName, m.DeletionTimestamp, m.DeletionGracePeriodSeconds = "web-", &now, &grace
+	}
+	want := mustStrip(t, stripVM, vm.DeepCopy()).(*kubevirtv1.VirtualMachine)
+	p := mustStrip(t, packingVMs(vmCodec()), vm.DeepCopy()).(*packedVM)
+	if got := p.full(); !equality.Semantic.DeepEqual(got.ObjectMeta, want.ObjectMeta) {
+		t.Errorf("VM metadata decodes to\n%+v\nwant\n%+v", got.ObjectMeta, want.ObjectMeta)
+	}
+	var o metav1.Object = p
+	if o.GetDeletionGracePeriodSeconds() == nil || o.GetGenerateName() != "web-" || o.GetDeletionTimestamp() == nil || o.GetLabels()[translate.LabelVMID] == "" {
+		t.Errorf("VM record as a metav1.Object: %+v", p.recordMeta)
+	}
+	wantI := mustStrip(t, stripVMI, vmi.DeepCopy()).(*kubevirtv1.VirtualMachineInstance)
+	q := mustStrip(t, packingVMIs(&specCodec{}), vmi.DeepCopy()).(*packedVMI)
+	if got := q.full(); !equality.Semantic.DeepEqual(got.ObjectMeta, wantI.ObjectMeta) {
+		t.Errorf("instance metadata decodes to\n%+v\nwant\n%+v", got.ObjectMeta, wantI.ObjectMeta)
+	}
+	if !metav1.IsControlledBy(q, p.meta()) {
+		t.Error("the instance record does not name its VM as its controller")
 	}
 }
