@@ -143,21 +143,31 @@ func (c *specCodec) unpack(blob []byte, v any) error {
 	if len(blob) == 0 {
 		return errors.New("empty blob")
 	}
+	// The JSON is scratch: Unmarshal copies what it keeps.
+	buf, _ := unpackScratch.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	defer unpackScratch.Put(buf)
 	var raw []byte
 	var err error
 	switch blob[0] {
 	case packedDict:
-		raw, err = c.dict.Load().Decode(nil, blob[1:])
+		raw, err = c.dict.Load().Decode((*buf)[:cap(*buf)], blob[1:])
 	case packedPlain:
-		raw, err = s2.Decode(nil, blob[1:])
+		raw, err = s2.Decode((*buf)[:cap(*buf)], blob[1:])
 	default:
 		err = fmt.Errorf("blob kind %d", blob[0])
 	}
 	if err != nil {
 		return err
 	}
+	*buf = raw[:0]
 	return json.Unmarshal(raw, v)
 }
+
+// unpackScratch holds decoded JSON between unpacks.
+var unpackScratch sync.Pool
 
 // packedVM is what the VM cache holds: the VM's metadata, its labels
 // and annotations as pairs (but the stored PVE config's value), its run
