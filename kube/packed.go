@@ -20,11 +20,12 @@ import (
 // The VM and instance caches keep each object's metadata and hot status
 // as typed fields, which the hot paths read (lists, status/current, the
 // task worker: names, versions, labels, annotations, states), and its spec
-// and the rest of its status compressed. A spec in Go structs costs some 4.5 KB per VM (a template
-// with its devices, DataVolume templates), as JSON under 1 KB, and
-// compressed against a sibling's spec some 70 bytes: VMs made alike differ
-// in their names, MACs and UUIDs only. Config views, writes and clones
-// decode it on demand (Guest.VM, Guest.VMI), once per Guest value.
+// and whole status compressed. A spec in Go structs costs some 4.5 KB per
+// VM (a template with its devices, DataVolume templates), as JSON under
+// 1 KB, and with its status and stored config compressed against its
+// siblings' some 150 bytes: VMs made alike differ in their names, MACs and
+// UUIDs only. Config views, writes and clones decode it on demand
+// (Guest.VM, Guest.VMI), once per Guest value.
 
 // specCodec compresses the specs of one kind of object with S2 (fast to
 // decode, stateless, safe for concurrent use) against a dictionary made of
