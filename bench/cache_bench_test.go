@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -61,6 +63,10 @@ func BenchmarkCacheMemoryPerVM(b *testing.B) {
 func perVM(b *testing.B, n int, objs []k8sruntime.Object) float64 {
 	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(append(kubevirtsim.Seed(), objs...)...)
 	before := heap()
+	dir := os.Getenv("CACHE_HEAP_PROFILE")
+	if dir != "" {
+		writeHeapProfile(b, fmt.Sprintf("%s/cache-%d-%d-before.prof", dir, n, len(objs)))
+	}
 	c := kube.New(kc, kv, nil, kube.Options{SyncTimeout: time.Minute, CDI: cdi, AssumeKubeVirtAPIs: true})
 	if err := c.Start(context.Background()); err != nil {
 		b.Fatal(err)
@@ -69,5 +75,32 @@ func perVM(b *testing.B, n int, objs []k8sruntime.Object) float64 {
 	if got := len(c.Guests()); got < n {
 		b.Fatalf("cache has %d guests, want %d", got, n)
 	}
-	return float64(heap()-before) / float64(n)
+	grown := heap() - before
+	if dir != "" {
+		writeHeapProfile(b, fmt.Sprintf("%s/cache-%d-%d.prof", dir, n, len(objs)))
+	}
+	return float64(grown) / float64(n)
+}
+
+func init() {
+	if os.Getenv("CACHE_HEAP_PROFILE") != "" {
+		// Fine enough to see bookkeeping of tens of bytes per object.
+		runtime.MemProfileRate = 4096
+	}
+}
+
+// writeHeapProfile writes the heap profile as of now, the cluster still
+// running (CACHE_HEAP_PROFILE=<dir>: what the test binary's -memprofile
+// would miss, as it is written after the clusters stopped); the one
+// written before the cluster starts is the base to compare with
+// (go tool pprof -diff_base).
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -104,6 +104,7 @@ type Cluster struct {
 	nextIDs  idHolds // ids /cluster/nextid handed out lately
 	nodeTab  atomic.Pointer[nodeTable]
 
+
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
 	// kvMetrics polls Options.KubeVirtMetrics.
@@ -171,7 +172,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	vmChanged := func(old, new any) {
 		o, _ := old.(*packedVM)
 		n, _ := new.(*packedVM)
-		if o == nil || n == nil || o.Labels[translate.LabelVMID] != n.Labels[translate.LabelVMID] {
+		if o == nil || n == nil || o.label(translate.LabelVMID) != n.label(translate.LabelVMID) {
 			c.vmidGen.Add(1)
 		}
 		c.guestGen.Add(1)
@@ -202,7 +203,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, packingVMs(&specCodec{}), vmChanged)
+	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, packingVMs(vmCodec()), vmChanged)
 	c.vmis = newStore(runCtx, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return listJSON(ctx, c.own.kv.KubevirtV1().RESTClient(), "virtualmachineinstances", ns, o, c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List)
@@ -403,27 +404,15 @@ func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
 
 // stripVM keeps of a VM's annotations only the plugin's own (the stored
 // PVE config and friends; KubeVirt's bookkeeping is never read) and drops
-// its finalizers.
+// its finalizers. Its spec is packed (packVM): the maps in it are not
+// shared (intern.go), which would only fill the intern table with the
+// template labels of every VM (each names its vmid).
 func stripVM(obj any) (any, error) {
 	if vm, ok := obj.(*kubevirtv1.VirtualMachine); ok {
 		vm.Annotations = keepOwn(vm.Annotations)
 		vm.Finalizers = nil
-		if t := vm.Spec.Template; t != nil {
-			t.ObjectMeta.Labels = internStrings(t.ObjectMeta.Labels)
-			t.ObjectMeta.Annotations = internStrings(t.ObjectMeta.Annotations)
-			internRequirementsVMI(&t.Spec.Domain.Resources)
-		}
-		for i := range vm.Spec.DataVolumeTemplates {
-			internDataVolumeSpec(&vm.Spec.DataVolumeTemplates[i].Spec)
-		}
 	}
 	return stripMeta(obj)
-}
-
-// internRequirementsVMI shares the maps of a VM's or instance's resources.
-func internRequirementsVMI(r *kubevirtv1.ResourceRequirements) {
-	r.Requests = internQuantities(r.Requests)
-	r.Limits = internQuantities(r.Limits)
 }
 
 // internDataVolumeSpec shares the maps of a DataVolume's storage request.
@@ -467,7 +456,6 @@ func stripVMI(obj any) (any, error) {
 			vmi.Status.Interfaces[i].InfoSource = ""
 			vmi.Status.Interfaces[i].PodInterfaceName = ""
 		}
-		internRequirementsVMI(&vmi.Spec.Domain.Resources)
 		// Of its metadata an instance's owner is read (is it the VM's)
 		// and one label of KubeVirt's (translate.AutomaticMigration); its
 		// annotations are alike on every instance (shared).

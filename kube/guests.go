@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -20,8 +21,10 @@ import (
 //
 // The caches keep specs packed (packed.go): VM and VMI decode the whole
 // objects on first use (once per Guest value and its copies), Meta and
-// InstanceMeta return the cached metadata and status at no cost. Hot paths
-// (lists, status/current, the task worker) read the latter.
+// InstanceMeta make the metadata and hot status on first use, without
+// decoding; Namespace, Name, UID, ResourceVersion, PVEName, Template and
+// PoolAnnotation read the cache directly. Hot paths (lists,
+// status/current, the task worker) read these.
 type Guest struct {
 	VMID int
 	Node string
@@ -32,9 +35,9 @@ type Guest struct {
 
 // guestFull holds the whole objects once decoded; Guest copies share it.
 type guestFull struct {
-	vmOnce, vmiOnce, metaOnce sync.Once
-	vm                        *kubevirtv1.VirtualMachine
-	vmi, vmiMeta              *kubevirtv1.VirtualMachineInstance
+	vmOnce, vmiOnce, metaOnce, vmMetaOnce sync.Once
+	vm, vmMeta                            *kubevirtv1.VirtualMachine
+	vmi, vmiMeta                          *kubevirtv1.VirtualMachineInstance
 }
 
 // NewGuest is a Guest of whole objects (vmi nil when none exists), for
@@ -81,11 +84,18 @@ func (g Guest) VMI() *kubevirtv1.VirtualMachineInstance {
 }
 
 // Meta is the VM's metadata and status without decoding: of its spec it
-// has only Running and RunStrategy. Whatever reads the spec (its template,
-// disks, sizes) reads VM.
+// has only Running and RunStrategy, of its status what states, locks and
+// tasks read (hotVMStatus: not the volume and snapshot bookkeeping, its
+// conditions without their times); its stored PVE config annotation is
+// there, but empty. Whatever reads more (the config, its template, disks,
+// sizes) reads VM. It is made on first use, once per Guest.
 func (g Guest) Meta() *kubevirtv1.VirtualMachine {
 	if g.vm != nil {
-		return g.vm.VirtualMachine
+		if g.full == nil {
+			return g.vm.meta()
+		}
+		g.full.vmMetaOnce.Do(func() { g.full.vmMeta = g.vm.meta() })
+		return g.full.vmMeta
 	}
 	if g.full != nil {
 		return g.full.vm
@@ -94,10 +104,10 @@ func (g Guest) Meta() *kubevirtv1.VirtualMachine {
 }
 
 // InstanceMeta is the instance's metadata and status without decoding,
-// nil when no instance exists. Its spec is empty, and so are the status
-// parts packed with it (coldVMIStatus: the agent's interfaces and OS, the
-// memory and CPU topology, the machine, the phase history): whatever reads
-// those reads VMI.
+// nil when no instance exists. Its spec is empty, and of its status it has
+// the phase, node, migration state and conditions (without their times:
+// hotVMIStatus); whatever reads more (the agent's interfaces and OS, the
+// memory and CPU topology, the machine, the phase history) reads VMI.
 func (g Guest) InstanceMeta() *kubevirtv1.VirtualMachineInstance {
 	if g.vmi != nil {
 		if g.full == nil {
@@ -122,41 +132,81 @@ func (g Guest) Packed() Guest {
 	return g
 }
 
+// objectMeta is the VM's metadata but its labels and annotations.
+func (g Guest) objectMeta() metav1.Object {
+	if g.vm != nil {
+		return &g.vm.recordMeta
+	}
+	return g.Meta()
+}
+
+// annotation is the VM's annotation k, and whether it has one.
+func (g Guest) annotation(k string) (string, bool) {
+	if g.vm != nil {
+		return g.vm.Annotations.get(k)
+	}
+	v, ok := g.Meta().Annotations[k]
+	return v, ok
+}
+
 // Namespace is the VM's namespace.
-func (g Guest) Namespace() string { return g.Meta().Namespace }
+func (g Guest) Namespace() string { return g.objectMeta().GetNamespace() }
+
+// UID is the VM's UID.
+func (g Guest) UID() types.UID { return g.objectMeta().GetUID() }
+
+// ResourceVersion is the VM's resourceVersion as cached.
+func (g Guest) ResourceVersion() string { return g.objectMeta().GetResourceVersion() }
 
 // PoolAnnotation is the pool the VM names (translate.AnnotationPool, ""
 // for none); set is false without the annotation, when the namespace
 // decides.
 func (g Guest) PoolAnnotation() (pool string, set bool) {
-	pool, set = g.Meta().Annotations[translate.AnnotationPool]
-	return pool, set
+	return g.annotation(translate.AnnotationPool)
 }
 
 // Name is the VM's Kubernetes name.
-func (g Guest) Name() string { return g.Meta().Name }
+func (g Guest) Name() string { return g.objectMeta().GetName() }
 
 // PVEName is the name shown to Proxmox clients: the stored PVE name; for
 // a VM made through the API without one "VM <vmid>", as qemu-server's
 // vmstatus says; else (made outside the API) the Kubernetes name.
 func (g Guest) PVEName() string {
-	if n := g.Meta().Annotations[translate.AnnotationName]; n != "" {
+	if n, _ := g.annotation(translate.AnnotationName); n != "" {
 		return n
 	}
-	if _, made := g.Meta().Annotations[translate.AnnotationConfig]; made && g.VMID > 0 {
+	if _, made := g.annotation(translate.AnnotationConfig); made && g.VMID > 0 {
 		return "VM " + strconv.Itoa(g.VMID)
 	}
-	return g.Meta().Name
+	return g.Name()
 }
 
 // Template tells whether the VM is a PVE template.
-func (g Guest) Template() bool { return g.Meta().Labels[translate.LabelTemplate] == "true" }
+func (g Guest) Template() bool {
+	if g.vm != nil {
+		return g.vm.label(translate.LabelTemplate) == "true"
+	}
+	return g.Meta().Labels[translate.LabelTemplate] == "true"
+}
 
 // State is the guest's PVE status, QMP status and KubeVirt-derived lock
 // (translate.GuestStateOf); locks recorded on the VM are the caller's to
 // overlay.
 func (g Guest) State() translate.GuestState {
+	if g.vm != nil {
+		// Of the VM the state reads its status alone: no Meta needed.
+		vm := kubevirtv1.VirtualMachine{Status: g.vm.status.vmStatus()}
+		return translate.GuestStateOf(&vm, g.InstanceMeta())
+	}
 	return translate.GuestStateOf(g.Meta(), g.InstanceMeta())
+}
+
+// printableStatus is the VM's KubeVirt printable status.
+func (g Guest) printableStatus() kubevirtv1.VirtualMachinePrintableStatus {
+	if g.vm != nil {
+		return g.vm.status.printable
+	}
+	return g.Meta().Status.PrintableStatus
 }
 
 // Guests lists every served VM with its vmid, in vmid order.
@@ -211,17 +261,23 @@ func (c *Cluster) GuestOf(vmid int, vm *kubevirtv1.VirtualMachine) Guest {
 func (c *Cluster) guest(id int, vm *packedVM, nt *nodeTable) Guest {
 	g := Guest{VMID: id, vm: vm, full: &guestFull{}}
 	g.vmi = c.cachedVMI(vm.Namespace, vm.Name)
-	g.Node = guestNode(nt, vm.VirtualMachine)
+	g.Node = guestNodeOf(nt, vm.annotation(translate.AnnotationNode), vm.UID)
 	return g
 }
 
 // guestNode is the PVE node a VM shows on: the one recorded on it, else
 // its home node.
 func guestNode(nt *nodeTable, vm *kubevirtv1.VirtualMachine) string {
-	if n := vm.Annotations[translate.AnnotationNode]; n != "" {
-		return n
+	return guestNodeOf(nt, vm.Annotations[translate.AnnotationNode], vm.UID)
+}
+
+// guestNodeOf is guestNode of a VM with the node annotation recorded and
+// uid.
+func guestNodeOf(nt *nodeTable, recorded string, uid types.UID) string {
+	if recorded != "" {
+		return recorded
 	}
-	return homeNode(nt, string(vm.UID))
+	return homeNode(nt, string(uid))
 }
 
 func sortGuests(gs []Guest) {
@@ -236,7 +292,7 @@ func (c *Cluster) VMNameTaken(ns, name string) bool { return c.vms.get(ns, name)
 // fails with ErrNotFound when the VM is gone or was replaced by a namesake.
 func (c *Cluster) Refresh(ctx context.Context, g Guest) (Guest, error) {
 	vm, err := c.as(ctx).kv.KubevirtV1().VirtualMachines(g.Namespace()).Get(ctx, g.Name(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || (err == nil && vm.UID != g.Meta().UID) {
+	if apierrors.IsNotFound(err) || (err == nil && vm.UID != g.UID()) {
 		return Guest{}, ErrNotFound
 	}
 	if err != nil {

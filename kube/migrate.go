@@ -91,7 +91,7 @@ func (c *Cluster) NoUserMigration(g Guest) bool {
 // on its own (see automatic), which KubeVirt lets no other migration
 // overlap.
 func (c *Cluster) MigratingItself(g Guest) bool {
-	if g.InstanceMeta() != nil && translate.AutomaticMigration(g.InstanceMeta()) && g.Meta().Status.PrintableStatus == kubevirtv1.VirtualMachineStatusMigrating {
+	if g.InstanceMeta() != nil && translate.AutomaticMigration(g.InstanceMeta()) && g.printableStatus() == kubevirtv1.VirtualMachineStatusMigrating {
 		return true
 	}
 	if c.migrations == nil {

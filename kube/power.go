@@ -151,7 +151,7 @@ func (c *Cluster) StopAfterStart(ctx context.Context, g Guest, gracePeriod *int6
 				return
 			}
 			vmi := c.cachedVMI(g.Namespace(), g.Name())
-			if StartPending(vm.VirtualMachine) || vmi == nil || vmi.meta().IsFinal() || !metav1.IsControlledBy(vmi, g.Meta()) {
+			if StartPending(vm.meta()) || vmi == nil || vmi.meta().IsFinal() || !metav1.IsControlledBy(vmi, g.Meta()) {
 				continue
 			}
 			if err := c.StopVM(ctx, g, gracePeriod); err != nil {

@@ -398,7 +398,7 @@ func (c *Cluster) SnapshotLock(g Guest) string {
 	key := g.Namespace() + "/" + g.Name()
 	for _, o := range c.restores.byIndex(snapshotSourceIndex, key) {
 		r := o.(*snapshotv1.VirtualMachineRestore)
-		if ref := metav1.GetControllerOf(r); ref != nil && ref.UID != g.Meta().UID {
+		if ref := metav1.GetControllerOf(r); ref != nil && ref.UID != g.UID() {
 			continue // a restore of an earlier VM of the same name
 		}
 		if r.DeletionTimestamp == nil && (r.Status == nil || r.Status.Complete == nil || !*r.Status.Complete) && !restoreFailed(r) {
@@ -407,7 +407,7 @@ func (c *Cluster) SnapshotLock(g Guest) string {
 	}
 	for _, o := range c.snapshots.byIndex(snapshotSourceIndex, key) {
 		s := o.(*snapshotv1.VirtualMachineSnapshot)
-		if s.Status != nil && s.Status.SourceUID != nil && *s.Status.SourceUID != g.Meta().UID {
+		if s.Status != nil && s.Status.SourceUID != nil && *s.Status.SourceUID != g.UID() {
 			continue
 		}
 		if s.DeletionTimestamp == nil && (s.Status == nil || (s.Status.Phase != snapshotv1.Succeeded && s.Status.Phase != snapshotv1.Failed)) {
@@ -521,7 +521,7 @@ func (c *Cluster) reapplySnapshotConfig(ctx context.Context, ns, restoreName str
 	if err != nil || recorded == nil {
 		return err
 	}
-	cur := vo.VirtualMachine // metadata only
+	cur := vo.full() // the cached metadata lacks the config's value
 	set := map[string]any{}
 	for _, k := range []string{translate.AnnotationConfig, translate.AnnotationName} {
 		want, had := recorded.Annotations[k]

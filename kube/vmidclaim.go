@@ -124,7 +124,7 @@ func (c *Cluster) vmidClaimed(vmid string) (bool, string) {
 	if uid := cm.Data["uid"]; uid != "" {
 		return string(vm.UID) == uid, claimNode(cm, "")
 	}
-	return vm.Labels[translate.LabelVMID] == vmid, claimNode(cm, "")
+	return vm.label(translate.LabelVMID) == vmid, claimNode(cm, "")
 }
 
 // claimLive tells whether a claim still holds its vmid: its VM exists

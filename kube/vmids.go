@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
@@ -41,12 +42,31 @@ type vmidTable struct {
 	maxID     int
 }
 
+// vmidEntry is what the vmid table knows of a VM.
+type vmidEntry struct {
+	Namespace, Name   string
+	CreationTimestamp metav1.Time
+	// vmid is the VM's vmid label, labelled whether it has one.
+	vmid     string
+	labelled bool
+}
+
 func buildVMIDTable(vms []*kubevirtv1.VirtualMachine) *vmidTable {
-	t := &vmidTable{byID: map[int]string{}, byKey: map[string]int{}, ambiguous: map[int][]string{}}
-	claims := map[int][]*kubevirtv1.VirtualMachine{}
-	var rest []*kubevirtv1.VirtualMachine
+	entries := make([]*vmidEntry, 0, len(vms))
 	for _, vm := range vms {
-		if id, ok := translate.VMIDFromLabels(vm.Labels); ok {
+		e := &vmidEntry{Name: vm.Name, Namespace: vm.Namespace, CreationTimestamp: vm.CreationTimestamp}
+		e.vmid, e.labelled = vm.Labels[translate.LabelVMID]
+		entries = append(entries, e)
+	}
+	return buildVMIDTableOf(entries)
+}
+
+func buildVMIDTableOf(vms []*vmidEntry) *vmidTable {
+	t := &vmidTable{byID: map[int]string{}, byKey: map[string]int{}, ambiguous: map[int][]string{}}
+	claims := map[int][]*vmidEntry{}
+	var rest []*vmidEntry
+	for _, vm := range vms {
+		if id, ok := vmidOfLabel(vm.vmid, vm.labelled); ok {
 			claims[id] = append(claims[id], vm)
 			continue
 		}
@@ -82,7 +102,17 @@ func buildVMIDTable(vms []*kubevirtv1.VirtualMachine) *vmidTable {
 	return t
 }
 
-func (t *vmidTable) assign(id int, vm *kubevirtv1.VirtualMachine) {
+// vmidOfLabel is translate.VMIDFromLabels of a vmid label v (had: the VM
+// has one).
+func vmidOfLabel(v string, had bool) (int, bool) {
+	if !had {
+		return 0, false
+	}
+	n, err := translate.ParseVMID(v)
+	return n, err == nil
+}
+
+func (t *vmidTable) assign(id int, vm *vmidEntry) {
 	key := vm.Namespace + "/" + vm.Name
 	t.byID[id] = key
 	t.byKey[key] = id
@@ -124,11 +154,14 @@ func (c *Cluster) table() *vmidTable {
 		return t
 	}
 	objs := c.vms.list()
-	vms := make([]*kubevirtv1.VirtualMachine, 0, len(objs))
+	vms := make([]*vmidEntry, 0, len(objs))
 	for _, o := range objs {
-		vms = append(vms, o.(*packedVM).VirtualMachine)
+		p := o.(*packedVM)
+		e := &vmidEntry{Name: p.Name, Namespace: p.Namespace, CreationTimestamp: p.CreationTimestamp}
+		e.vmid, e.labelled = p.Labels.get(translate.LabelVMID)
+		vms = append(vms, e)
 	}
-	t := buildVMIDTable(vms)
+	t := buildVMIDTableOf(vms)
 	t.gen = gen
 	c.vmidTab.Store(t)
 	return t

@@ -64,7 +64,7 @@ func (c *Cluster) dropStale(prev map[string]string) {
 		return
 	}
 	if vm := c.cachedVM(prev["namespace"], prev["name"]); vm != nil && string(vm.UID) == prev["uid"] {
-		c.vms.drop(vm.VirtualMachine)
+		c.vms.drop(vm)
 		c.vmidGen.Add(1)
 		c.guestGen.Add(1)
 	}

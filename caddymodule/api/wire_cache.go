@@ -84,7 +84,7 @@ func (h *APIHandler) vmRows(c *kube.Cluster) *guestRows {
 }
 
 func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
-	in := rowInputs{vmid: g.VMID, node: g.Node, pool: r.poolOf(c, g), vmUID: g.Meta().UID, vmRV: g.Meta().ResourceVersion}
+	in := rowInputs{vmid: g.VMID, node: g.Node, pool: r.poolOf(c, g), vmUID: g.UID(), vmRV: g.ResourceVersion()}
 	if g.InstanceMeta() != nil {
 		in.vmiUID, in.vmiRV = g.InstanceMeta().UID, g.InstanceMeta().ResourceVersion
 	}
@@ -97,7 +97,7 @@ func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
 // row returns g's row, built anew only when its inputs changed.
 func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 	in := r.inputs(c, g)
-	key := g.Meta().UID
+	key := g.UID()
 	if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
 		return v.(*guestRow)
 	}
@@ -142,7 +142,7 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 	l := &rowList{c: c, guests: gv, metrics: mv, rows: make([]*guestRow, len(guests))}
 	seen := make(map[types.UID]bool, len(guests))
 	for i, g := range guests {
-		key := g.Meta().UID
+		key := g.UID()
 		seen[key] = true
 		in := r.inputs(c, g)
 		if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
@@ -166,7 +166,7 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 func (r *guestRows) prune(c *kube.Cluster) {
 	r.byKey.Range(func(k, v any) bool {
 		g := v.(*guestRow).g
-		if g2, err := c.Guest(g.VMID); err != nil || g2.Meta().UID != g.Meta().UID {
+		if g2, err := c.Guest(g.VMID); err != nil || g2.UID() != g.UID() {
 			r.byKey.Delete(k)
 		}
 		return true
