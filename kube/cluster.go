@@ -104,7 +104,6 @@ type Cluster struct {
 	nextIDs  idHolds // ids /cluster/nextid handed out lately
 	nodeTab  atomic.Pointer[nodeTable]
 
-
 	optional []*store
 	metrics  atomic.Pointer[metricsPoller]
 	// kvMetrics polls Options.KubeVirtMetrics.

@@ -3,7 +3,6 @@ package kube
 import (
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -105,7 +104,8 @@ func (s *storageMeta) annotation(key string) string {
 	if s.pairs == nil {
 		return ""
 	}
-	return pairValue(s.pairs.annotations, key)
+	v, _ := s.pairs.annotations.get(key)
+	return v
 }
 
 // hasAnnotations tells whether the record has annotations at all.
@@ -114,7 +114,7 @@ func (s *storageMeta) hasAnnotations() bool { return s.pairs != nil && len(s.pai
 // metaPairs are the labels and annotations of an object, as packPairs
 // makes them: key, value, … by key (shared by equal sets; nil for none,
 // empty for an empty map).
-type metaPairs struct{ labels, annotations []string }
+type metaPairs struct{ labels, annotations pairs }
 
 // ensureRest is rest, made when there is none.
 func (s *storageMeta) ensureRest() *metav1.ObjectMeta {
@@ -155,13 +155,13 @@ func (s *storageMeta) GetLabels() map[string]string {
 	if s.pairs == nil {
 		return nil
 	}
-	return unpackPairs(s.pairs.labels)
+	return s.pairs.labels.toMap()
 }
 func (s *storageMeta) GetAnnotations() map[string]string {
 	if s.pairs == nil {
 		return nil
 	}
-	return unpackPairs(s.pairs.annotations)
+	return s.pairs.annotations.toMap()
 }
 func (s *storageMeta) SetLabels(m map[string]string) {
 	s.setPairs(packPairs(m), nil, true)
@@ -171,7 +171,7 @@ func (s *storageMeta) SetAnnotations(m map[string]string) {
 }
 
 // setPairs replaces the labels (isLabels) or the annotations.
-func (s *storageMeta) setPairs(labels, annotations []string, isLabels bool) {
+func (s *storageMeta) setPairs(labels, annotations pairs, isLabels bool) {
 	var cp metaPairs
 	if s.pairs != nil {
 		cp = *s.pairs
@@ -459,11 +459,11 @@ var internedStorage = struct {
 	modes  map[string]*corev1.PersistentVolumeMode
 	access map[string]*[]corev1.PersistentVolumeAccessMode
 	owners map[string]*ownerKind
-	pairs  map[string][]string
+	pairs  map[string]pairs
 	bools  [2]*bool
 }{
 	strs: map[string]string{}, ptrs: map[string]*string{}, modes: map[string]*corev1.PersistentVolumeMode{},
-	access: map[string]*[]corev1.PersistentVolumeAccessMode{}, pairs: map[string][]string{},
+	access: map[string]*[]corev1.PersistentVolumeAccessMode{}, pairs: map[string]pairs{},
 	owners: map[string]*ownerKind{},
 	bools:  [2]*bool{new(bool), func() *bool { t := true; return &t }()},
 }
@@ -509,42 +509,17 @@ func internAccessModes(m []corev1.PersistentVolumeAccessMode) *[]corev1.Persiste
 	return internAs(internedStorage.access, b.String(), &cp)
 }
 
-// packPairs is a label or annotation map as key, value, … sorted by key,
-// shared by equal maps; nil for nil, empty for empty.
-func packPairs(m map[string]string) []string {
-	if m == nil {
-		return nil
+// packPairs is a label or annotation map as pairs, shared by equal maps
+// (the keys too).
+func packPairs(m map[string]string) pairs {
+	p := pairsOf(m)
+	if len(p) == 0 {
+		return p
 	}
-	if len(m) == 0 {
-		return []string{}
+	for i := 0; i < len(p); i += 2 {
+		p[i] = internString(p[i])
 	}
-	out := make([]string, 0, 2*len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, internString(k), m[k])
-	}
-	return internAs(internedStorage.pairs, strings.Join(out, "\x00"), out)
-}
-
-// unpackPairs is the map of packPairs' pairs.
-func unpackPairs(p []string) map[string]string {
-	if p == nil {
-		return nil
-	}
-	m := make(map[string]string, len(p)/2)
-	for i := 0; i+1 < len(p); i += 2 {
-		m[p[i]] = p[i+1]
-	}
-	return m
-}
-
-// pairValue is the value of key in pairs, "" if none.
-func pairValue(p []string, key string) string {
-	for i := 0; i+1 < len(p); i += 2 {
-		if p[i] == key {
-			return p[i+1]
-		}
-	}
-	return ""
+	return internAs(internedStorage.pairs, strings.Join(p, "\x00"), p)
 }
 
 // ownerRef is an owner reference with its UID as bytes, its API version
@@ -702,6 +677,6 @@ func (p *packedClaim) file() string {
 	if !p.hasAnnotations() {
 		return ""
 	}
-	content, _, _ := translate.FileOf(unpackPairs(p.pairs.annotations))
+	content, _, _ := translate.FileOf(p.pairs.annotations.toMap())
 	return content
 }
