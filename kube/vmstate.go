@@ -98,17 +98,34 @@ func StateDataVolume(vm *kubevirtv1.VirtualMachine, src *corev1.PersistentVolume
 }
 
 // stateProvisioned tells whether the state copy of a clone in ns (see
-// CloneState), the DataVolume state, is done: its claim is there and the
-// DataVolume settled. No state ("") has nothing to wait for.
+// CloneState), the DataVolume state, is done: its claim is there, the
+// DataVolume settled and CDI's temporary claim gone. No state ("") has
+// nothing to wait for.
 func (c *Cluster) stateProvisioned(ns, state string) bool {
 	if state == "" {
 		return true
 	}
-	if c.CachedPVC(ns, state) == nil {
+	claim := c.cachedClaim(ns, state)
+	if claim == nil {
 		return false
 	}
-	dv := c.DataVolume(ns, state)
-	return dv == nil || dataVolumeSettled(dv)
+	if dv := c.DataVolume(ns, state); dv != nil && !dataVolumeSettled(dv) {
+		return false
+	}
+	// CDI's clone populator fills a temporary claim (PVC') carrying the
+	// target's labels, KubeVirt's persistent-state-for among them, and
+	// deletes it only after the DataVolume Succeeded. KubeVirt takes the
+	// first claim so labelled as the VM's state (backend-storage
+	// PVCForVMI): a clone started before then could get the temporary one.
+	prime := c.cachedClaim(ns, cdiPrimeClaimName(claim.GetUID()))
+	return prime == nil || prime.GetDeletionTimestamp() != nil
+}
+
+// cdiPrimeClaimName is the name of the temporary claim CDI's volume
+// populators fill for the target claim of that UID (CDI
+// pkg/controller/populators PVCPrimeName).
+func cdiPrimeClaimName(target types.UID) string {
+	return "tmp-pvc-" + string(target)
 }
 
 // CDI's reasons (pkg/controller/datavolume) for a clone it will not make

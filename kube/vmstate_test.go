@@ -116,9 +116,36 @@ func TestCloneState(t *testing.T) {
 	if msg := c.invalidClaim(made, state); msg != "DataVolume persistent-state-for-copy: no accessMode" {
 		t.Errorf("invalidClaim = %q", msg)
 	}
+	// CDI's populator fills a temporary claim with the target's labels
+	// (KubeVirt's persistent-state-for among them) and deletes it after
+	// the DataVolume Succeeded: until then KubeVirt could take it as the
+	// clone's state.
+	target, err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "persistent-state-for-copy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.UID = "target-uid"
+	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Update(ctx, target, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, stateClaim("default", "tmp-pvc-target-uid", "copy", "1Gi", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	dv.Status.Conditions = nil
 	dv.Status.Phase = cdiv1.Succeeded
 	if _, err := c.own.cdi.CdiV1beta1().DataVolumes("default").UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the cache to see the copy done and CDI's temporary claim", func() (bool, string) {
+		cached := c.DataVolume("default", dv.Name)
+		done := cached != nil && cached.Status.Phase == cdiv1.Succeeded && c.CachedPVC("default", "tmp-pvc-target-uid") != nil &&
+			c.cachedClaim("default", "persistent-state-for-copy").GetUID() == "target-uid"
+		return done, "not yet"
+	})
+	if c.volumesProvisioned(made, state) {
+		t.Fatal("provisioned while CDI's temporary claim, labelled for the clone, remains")
+	}
+	if err := c.own.kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "tmp-pvc-target-uid", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the state copy to count as provisioned", func() (bool, string) {
