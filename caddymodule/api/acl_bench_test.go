@@ -86,3 +86,49 @@ func BenchmarkQemuStatusCurrent(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRowRebuild builds a running VM's row anew (its VM or instance
+// changed: both are decoded) and after a new usage reading alone (the
+// row's object facts are kept): every reading rebuilds the rows of every
+// running VM.
+func BenchmarkRowRebuild(b *testing.B) {
+	c, err := kube.Simulate(context.Background(), 10, kube.Options{Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop()
+	h := &APIHandler{ClusterName: "bench", logger: zap.NewNop(), cluster: c}
+	r := h.vmRows(c)
+	var running kube.Guest
+	for _, g := range c.Guests() {
+		if g.State().Running() {
+			running = g
+			break
+		}
+	}
+	if running.VMID == 0 {
+		b.Fatal("no running VM")
+	}
+	in := r.inputs(c, running)
+	prev := buildRow(running, in, nil)
+	reading := in
+	reading.usage, reading.hasUsage = kube.Usage{CPUCores: 0.5, MemBytes: 1 << 30}, true
+	for _, tc := range []struct {
+		name string
+		prev *guestRow
+	}{{"objects-changed", nil}, {"reading-changed", prev}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				// A Guest of its own each time: a Guest keeps what it decoded.
+				g, err := c.Guest(running.VMID)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if row := buildRow(g, reading, tc.prev); row.f.mem != 1<<30 {
+					b.Fatalf("row mem %d, want the reading's", row.f.mem)
+				}
+			}
+		})
+	}
+}

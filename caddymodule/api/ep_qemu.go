@@ -56,7 +56,7 @@ func (h *APIHandler) getQemuList(q *request) (any, *apiError) {
 	body.b = append(body.b, '[')
 	first := true
 	for _, row := range rows {
-		if row.in.node != n.Name {
+		if row.in.objects.node != n.Name {
 			continue
 		}
 		if !first {

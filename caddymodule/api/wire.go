@@ -125,41 +125,59 @@ func snapshotLock(c *kube.Cluster, g kube.Guest) string {
 // factsWith is factsOf with the usage reading (ok: there is one) and the
 // snapshot lock given.
 func factsWith(g kube.Guest, u kube.Usage, ok bool, lock string, now time.Time) guestFacts {
-	cfg := translate.StoredConfig(g.VM())
-	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(translate.AgentConfig(g.VM()))}
-	// A lock recorded at create or clone holds while the volumes are
-	// provisioned, then lifts by itself.
-	if l := g.VM().Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(g.VM()) {
-		f.state.Lock = l
-	}
-	// A snapshot or rollback locks the VM from the moment it is asked for.
-	if f.state.Lock == "" {
-		f.state.Lock = lock
-	}
-	sockets, cores := translate.CPUTopology(g.VM())
-	f.cpus = sockets * cores
-	f.maxmem = translate.MemoryBytes(g.VM())
-	f.maxdisk = maxDisk(g)
+	f := objectFacts(g)
 	if f.state.Running() {
 		f.uptime = translate.Uptime(g.VMI(), now)
-		if g.InstanceMeta() != nil {
-			f.pid = translate.PID(g.VMI())
-			f.runningMachine = translate.RunningMachine(g.VMI())
-		}
-		if ok {
-			has := u.Fields()
-			if has&kube.HasCPU != 0 {
-				f.cpu = fraction(u.CPUCores, float64(f.cpus))
-			}
-			if has&kube.HasMem != 0 {
-				f.mem = u.MemBytes
-			}
-			f.netin, f.netout, f.diskread, f.diskwrite = u.NetIn, u.NetOut, u.DiskRead, u.DiskWrite
-		}
+	}
+	return f.withReading(u, ok, lock)
+}
+
+// objectFacts are the facts only the VM and its instance give: all but
+// the uptime, the usage reading and the snapshot lock. They decode both
+// objects; a row keeps them while the objects' versions stay (guestRows),
+// so that a new usage reading of every running VM rebuilds its rows
+// without decoding a VM.
+func objectFacts(g kube.Guest) guestFacts {
+	vm := g.VM()
+	cfg := translate.StoredConfig(vm)
+	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(translate.AgentConfig(vm))}
+	// A lock recorded at create or clone holds while the volumes are
+	// provisioned, then lifts by itself.
+	if l := vm.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(vm) {
+		f.state.Lock = l
+	}
+	sockets, cores := translate.CPUTopology(vm)
+	f.cpus = sockets * cores
+	f.maxmem = translate.MemoryBytes(vm)
+	f.maxdisk = maxDisk(g)
+	if f.state.Running() && g.InstanceMeta() != nil {
+		f.pid = translate.PID(g.VMI())
+		f.runningMachine = translate.RunningMachine(g.VMI())
 	}
 	if g.Template() {
 		f.tmpl = 1
 	}
+	return f
+}
+
+// withReading is f with the snapshot lock (a snapshot or rollback locks
+// the VM from the moment it is asked for, unless it holds another lock)
+// and, while it runs, the usage reading u (ok: there is one).
+func (f guestFacts) withReading(u kube.Usage, ok bool, lock string) guestFacts {
+	if f.state.Lock == "" {
+		f.state.Lock = lock
+	}
+	if !f.state.Running() || !ok {
+		return f
+	}
+	has := u.Fields()
+	if has&kube.HasCPU != 0 {
+		f.cpu = fraction(u.CPUCores, float64(f.cpus))
+	}
+	if has&kube.HasMem != 0 {
+		f.mem = u.MemBytes
+	}
+	f.netin, f.netout, f.diskread, f.diskwrite = u.NetIn, u.NetOut, u.DiskRead, u.DiskWrite
 	return f
 }
 

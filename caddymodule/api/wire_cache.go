@@ -42,12 +42,10 @@ type rowList struct {
 
 // rowInputs is everything a row shows that can change.
 type rowInputs struct {
-	vmid          int
-	node, pool    string
-	vmUID, vmiUID types.UID
-	vmRV, vmiRV   string
-	usage         kube.Usage
-	hasUsage      bool
+	objects  rowObjects
+	pool     string
+	usage    kube.Usage
+	hasUsage bool
 	// lock is the snapshot or rollback lock held from the call on,
 	// before KubeVirt marks the VM.
 	lock string
@@ -56,10 +54,20 @@ type rowInputs struct {
 	noUserMigration bool
 }
 
+// rowObjects are the objects a row is made of, at their versions: while
+// they stay, the row's objectFacts do.
+type rowObjects struct {
+	vmid          int
+	node          string
+	vmUID, vmiUID types.UID
+	vmRV, vmiRV   string
+}
+
 // guestRow is one VM's rows, encoded once each on first use.
 type guestRow struct {
 	in    rowInputs
 	g     kube.Guest
+	base  guestFacts // objectFacts
 	f     guestFacts // uptime left 0: it is written per answer
 	ns    string     // the VM's namespace, kept here for filtering
 	acl   string     // the VM's ACL path, /vms/<vmid>
@@ -84,9 +92,9 @@ func (h *APIHandler) vmRows(c *kube.Cluster) *guestRows {
 }
 
 func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
-	in := rowInputs{vmid: g.VMID, node: g.Node, pool: r.poolOf(c, g), vmUID: g.UID(), vmRV: g.ResourceVersion()}
-	if g.InstanceMeta() != nil {
-		in.vmiUID, in.vmiRV = g.InstanceMeta().UID, g.InstanceMeta().ResourceVersion
+	in := rowInputs{objects: rowObjects{vmid: g.VMID, node: g.Node, vmUID: g.UID(), vmRV: g.ResourceVersion()}, pool: r.poolOf(c, g)}
+	if m := g.InstanceMeta(); m != nil {
+		in.objects.vmiUID, in.objects.vmiRV = m.UID, m.ResourceVersion
 	}
 	in.usage, in.hasUsage = usageOfGuest(c, g)
 	in.lock = snapshotLock(c, g)
@@ -98,10 +106,12 @@ func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
 func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 	in := r.inputs(c, g)
 	key := g.UID()
-	if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
-		return v.(*guestRow)
+	v, _ := r.byKey.Load(key)
+	prev, _ := v.(*guestRow)
+	if prev != nil && prev.in == in {
+		return prev
 	}
-	row := buildRow(g, in)
+	row := buildRow(g, in, prev)
 	r.byKey.Store(key, row)
 	if r.built.Add(1)%4096 == 0 {
 		r.prune(c)
@@ -109,15 +119,22 @@ func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 	return row
 }
 
-func buildRow(g kube.Guest, in rowInputs) *guestRow {
+// buildRow makes g's row; of prev, its row before (nil for none), it
+// keeps what the VM and instance give while their versions stay.
+func buildRow(g kube.Guest, in rowInputs, prev *guestRow) *guestRow {
 	// The row outlives the request: it keeps g without the objects
 	// decoded for it (what it shows is in f, encoded from f).
 	row := &guestRow{in: in, g: g.Packed(), ns: g.Namespace(), acl: "/vms/" + strconv.Itoa(g.VMID)}
-	row.f = factsWith(g, in.usage, in.hasUsage, in.lock, time.Time{})
-	row.f.dropMigrateLock(in.noUserMigration)
-	if row.f.state.Running() {
-		row.since, _ = translate.RunningSince(g.VMI())
+	if prev != nil && prev.in.objects == in.objects {
+		row.base, row.since = prev.base, prev.since
+	} else {
+		row.base = objectFacts(g)
+		if row.base.state.Running() {
+			row.since, _ = translate.RunningSince(g.VMI())
+		}
 	}
+	row.f = row.base.withReading(in.usage, in.hasUsage, in.lock)
+	row.f.dropMigrateLock(in.noUserMigration)
 	return row
 }
 
@@ -145,11 +162,13 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 		key := g.UID()
 		seen[key] = true
 		in := r.inputs(c, g)
-		if v, ok := r.byKey.Load(key); ok && v.(*guestRow).in == in {
-			l.rows[i] = v.(*guestRow)
+		v, _ := r.byKey.Load(key)
+		prev, _ := v.(*guestRow)
+		if prev != nil && prev.in == in {
+			l.rows[i] = prev
 			continue
 		}
-		l.rows[i] = buildRow(g, in)
+		l.rows[i] = buildRow(g, in, prev)
 		r.byKey.Store(key, l.rows[i])
 	}
 	r.byKey.Range(func(k, _ any) bool {
