@@ -64,7 +64,7 @@ func Simulate(ctx context.Context, extraVMs int, opts Options) (*Cluster, error)
 	opts.CDI = cdi
 	// The simulated cdi-uploadproxy answers in process.
 	opts.UploadProxy = &UploadProxyConfig{URL: "https://cdi-uploadproxy.cdi.svc", Client: &http.Client{Transport: cdi.(*kubevirtsim.FakeCDIClientset).UploadProxy().Transport()}}
-	opts.Metrics = simulatedMetrics(kubevirtsim.NewMetrics(kc, kv))
+	opts.Metrics = simulatedMetrics(ctrl.Metrics())
 	if opts.MetricsInterval == 0 {
 		opts.MetricsInterval = 5 * time.Second
 	}
