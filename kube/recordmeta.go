@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"math"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,8 +13,8 @@ import (
 // of which the informers, the overlay of our writes and the API read the
 // names, UID, version, generation, creation time and owners. Those are
 // kept compact: the namespace shared, the UID as its 16 bytes (uuid), the
-// creation time as Unix seconds (createdOf), the one owner most objects
-// have packed (ownerRef); what objects seldom have (a deletion time, a
+// generation and creation time in 32 bits each (createdOf), the one owner
+// most objects have packed (ownerRef); what objects seldom have (a deletion time, a
 // generateName, finalizers, a UID not in kube-apiserver's form, other
 // owners …) goes behind one pointer. The labels and annotations are the
 // record's own: each kind reads them its own way. With those, a record is
@@ -24,9 +25,11 @@ type recordMeta struct {
 	Name, Namespace string
 	version         string // resourceVersion
 	uid             uuid   // zero when more has it, or there is none
-	generation      int64
-	// created is the creationTimestamp's Unix seconds, 0 for none.
-	created int64
+	// generation is the object's, when it fits (else more has it).
+	generation int32
+	// created is the creationTimestamp's Unix seconds, 0 for none (else
+	// more has it: a time before 1970 or after 2106).
+	created uint32
 	// owner is the object's one owner reference, packed; nil when it has
 	// none or more has them.
 	owner *ownerRef
@@ -41,9 +44,12 @@ type rareMeta struct {
 	// owners are owner references other than one packable one (several,
 	// an empty non-nil list, a UID not in kube-apiserver's form).
 	owners []metav1.OwnerReference
-	// createdNsec is the creation time's nanoseconds: kube-apiserver
-	// sends seconds, objects made in tests may have more.
-	createdNsec                int64
+	// generation is one beyond recordMeta.generation's range.
+	generation int64
+	// createdSec is a creation time beyond recordMeta.created's range,
+	// createdNsec its nanoseconds: kube-apiserver sends seconds, objects
+	// made in tests may have more.
+	createdSec, createdNsec    int64
 	deleted                    *metav1.Time
 	generateName, selfLink     string
 	deletionGracePeriodSeconds *int64
@@ -53,7 +59,8 @@ type rareMeta struct {
 
 // recordMetaOf is m's record (without its labels and annotations).
 func recordMetaOf(m *metav1.ObjectMeta) recordMeta {
-	r := recordMeta{Name: m.Name, Namespace: internString(m.Namespace), version: m.ResourceVersion, generation: m.Generation}
+	r := recordMeta{Name: m.Name, Namespace: internString(m.Namespace), version: m.ResourceVersion}
+	r.SetGeneration(m.Generation)
 	r.SetUID(m.UID)
 	r.SetCreationTimestamp(m.CreationTimestamp)
 	r.SetOwnerReferences(m.OwnerReferences)
@@ -70,7 +77,7 @@ func recordMetaOf(m *metav1.ObjectMeta) recordMeta {
 // (sharing r's slices and pointers: read it, never modify it).
 func (r *recordMeta) objectMeta(labels, annotations map[string]string) metav1.ObjectMeta {
 	m := metav1.ObjectMeta{
-		Name: r.Name, Namespace: r.Namespace, UID: r.GetUID(), ResourceVersion: r.version, Generation: r.generation,
+		Name: r.Name, Namespace: r.Namespace, UID: r.GetUID(), ResourceVersion: r.version, Generation: r.GetGeneration(),
 		CreationTimestamp: r.GetCreationTimestamp(), OwnerReferences: r.GetOwnerReferences(),
 		Labels: labels, Annotations: annotations,
 	}
@@ -131,15 +138,20 @@ func (r *recordMeta) seldom() *rareMeta {
 // written).
 var noRareMeta rareMeta
 
-// createdOf is t as recordMeta.created and rareMeta.createdNsec: Unix
-// seconds and the nanoseconds (0 for what kube-apiserver sends: its times
-// are RFC 3339 in seconds). The zero time is 0; the Unix epoch itself
-// would read back as the zero time (no object was made then).
-func createdOf(t metav1.Time) (sec, nsec int64) {
+// createdOf is t as recordMeta.created and rareMeta's createdSec and
+// createdNsec: its Unix seconds when they fit 32 bits, else 0 and them
+// apart, and its nanoseconds (0 for what kube-apiserver sends: its times
+// are RFC 3339 in seconds). The zero time is 0 and 0; the Unix epoch
+// itself would read back as the zero time (no object was made then).
+func createdOf(t metav1.Time) (created uint32, sec, nsec int64) {
 	if t.IsZero() {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return t.Unix(), int64(t.Nanosecond())
+	sec, nsec = t.Unix(), int64(t.Nanosecond())
+	if sec > 0 && sec <= math.MaxUint32 {
+		return uint32(sec), 0, nsec
+	}
+	return 0, sec, nsec
 }
 
 // metav1.Object. The record's own type gives the labels and annotations.
@@ -150,8 +162,6 @@ func (r *recordMeta) GetName() string                    { return r.Name }
 func (r *recordMeta) SetName(n string)                   { r.Name = n }
 func (r *recordMeta) GetResourceVersion() string         { return r.version }
 func (r *recordMeta) SetResourceVersion(v string)        { r.version = v }
-func (r *recordMeta) GetGeneration() int64               { return r.generation }
-func (r *recordMeta) SetGeneration(g int64)              { r.generation = g }
 func (r *recordMeta) GetDeletionTimestamp() *metav1.Time { return r.seldom().deleted }
 func (r *recordMeta) SetDeletionTimestamp(t *metav1.Time) {
 	if t != nil || r.more != nil {
@@ -174,20 +184,43 @@ func (r *recordMeta) SetUID(uid types.UID) {
 	}
 }
 
+func (r *recordMeta) GetGeneration() int64 {
+	if g := r.seldom().generation; g != 0 {
+		return g
+	}
+	return int64(r.generation)
+}
+func (r *recordMeta) SetGeneration(g int64) {
+	r.generation = int32(g)
+	if int64(r.generation) == g {
+		if r.more != nil {
+			r.more.generation = 0
+		}
+		return
+	}
+	r.generation = 0
+	r.moreOrNew().generation = g
+}
+
 // GetCreationTimestamp is the creation time in the local time zone, as
 // metav1.Time's JSON decoding gives it.
 func (r *recordMeta) GetCreationTimestamp() metav1.Time {
-	nsec := r.seldom().createdNsec
-	if r.created == 0 && nsec == 0 {
+	x := r.seldom()
+	sec := int64(r.created)
+	if x.createdSec != 0 {
+		sec = x.createdSec
+	}
+	if sec == 0 && x.createdNsec == 0 {
 		return metav1.Time{}
 	}
-	return metav1.NewTime(time.Unix(r.created, nsec))
+	return metav1.NewTime(time.Unix(sec, x.createdNsec))
 }
 func (r *recordMeta) SetCreationTimestamp(t metav1.Time) {
-	var nsec int64
-	r.created, nsec = createdOf(t)
-	if nsec != 0 || (r.more != nil && r.more.createdNsec != 0) {
-		r.moreOrNew().createdNsec = nsec
+	var sec, nsec int64
+	r.created, sec, nsec = createdOf(t)
+	if sec != 0 || nsec != 0 || r.more != nil {
+		x := r.moreOrNew()
+		x.createdSec, x.createdNsec = sec, nsec
 	}
 }
 

@@ -12,8 +12,8 @@ import (
 // TestRecordMetaRoundTrips: what recordMetaOf keeps reads back as the
 // metadata it was given (but the labels and annotations, the record's
 // own), in the compact form for what kube-apiserver sends and behind the
-// rare part for the rest: UIDs not in its form, sub-second times, several
-// owners, deletion.
+// rare part for the rest: UIDs not in its form, sub-second times or ones
+// beyond 32 bits of seconds, huge generations, several owners, deletion.
 func TestRecordMetaRoundTrips(t *testing.T) {
 	yes, no := true, false
 	grace := int64(30)
@@ -32,6 +32,10 @@ func TestRecordMetaRoundTrips(t *testing.T) {
 		{"not a UUID", metav1.ObjectMeta{Name: "web", UID: "bulk-vmi-00001", CreationTimestamp: created}, true},
 		{"upper-case UUID", metav1.ObjectMeta{Name: "web", UID: "5D0C1A2B-3C4D-4E5F-8A9B-0C1D2E3F4A5B"}, true},
 		{"sub-second creation", metav1.ObjectMeta{Name: "web", CreationTimestamp: metav1.NewTime(created.Add(1500 * time.Millisecond))}, true},
+		{"created before 1970", metav1.ObjectMeta{Name: "web", CreationTimestamp: metav1.NewTime(time.Date(1969, 7, 20, 20, 17, 0, 0, time.UTC))}, true},
+		{"created after 2106", metav1.ObjectMeta{Name: "web", CreationTimestamp: metav1.NewTime(time.Date(2107, 1, 1, 0, 0, 0, 0, time.UTC))}, true},
+		{"generation beyond 32 bits", metav1.ObjectMeta{Name: "web", Generation: 1 << 40}, true},
+		{"negative generation", metav1.ObjectMeta{Name: "web", Generation: -1}, false},
 		{"owners", metav1.ObjectMeta{Name: "web", OwnerReferences: []metav1.OwnerReference{owner, other}}, true},
 		{"owner UID not a UUID", metav1.ObjectMeta{Name: "web", OwnerReferences: []metav1.OwnerReference{{Kind: "VirtualMachine", Name: "web", UID: "x"}}}, true},
 		{"no owners", metav1.ObjectMeta{Name: "web", OwnerReferences: []metav1.OwnerReference{}}, true},
@@ -57,14 +61,14 @@ func TestRecordMetaRoundTrips(t *testing.T) {
 	}
 }
 
-// TestRecordMetaSize: the metadata of every cached record is at most 96
+// TestRecordMetaSize: the metadata of every cached record is at most 88
 // bytes (an ObjectMeta is 232), and every record is a metav1.Object.
 func TestRecordMetaSize(t *testing.T) {
 	for _, s := range []struct {
 		name      string
 		got, want uintptr
 	}{
-		{"recordMeta", unsafe.Sizeof(recordMeta{}), 96},
+		{"recordMeta", unsafe.Sizeof(recordMeta{}), 88},
 		{"ownerRef", unsafe.Sizeof(ownerRef{}), 48},
 	} {
 		if s.got > s.want {
