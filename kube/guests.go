@@ -132,7 +132,9 @@ func (g Guest) Packed() Guest {
 	return g
 }
 
-// objectMeta is the VM's metadata but its labels and annotations.
+// objectMeta is the VM's metadata without building a VM (Meta): the
+// cached record when there is one. Its labels and annotations are read
+// through annotation and Template, without maps.
 func (g Guest) objectMeta() metav1.Object {
 	if g.vm != nil {
 		return g.vm
