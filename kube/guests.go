@@ -132,10 +132,12 @@ func (g Guest) Packed() Guest {
 	return g
 }
 
-// objectMeta is the VM's metadata but its labels and annotations.
+// objectMeta is the VM's metadata without building a VM (Meta): the
+// cached record when there is one. Its labels and annotations are read
+// through annotation and Template, without maps.
 func (g Guest) objectMeta() metav1.Object {
 	if g.vm != nil {
-		return &g.vm.recordMeta
+		return g.vm
 	}
 	return g.Meta()
 }
@@ -261,7 +263,7 @@ func (c *Cluster) GuestOf(vmid int, vm *kubevirtv1.VirtualMachine) Guest {
 func (c *Cluster) guest(id int, vm *packedVM, nt *nodeTable) Guest {
 	g := Guest{VMID: id, vm: vm, full: &guestFull{}}
 	g.vmi = c.cachedVMI(vm.Namespace, vm.Name)
-	g.Node = guestNodeOf(nt, vm.annotation(translate.AnnotationNode), vm.UID)
+	g.Node = guestNodeOf(nt, vm.annotation(translate.AnnotationNode), vm.GetUID())
 	return g
 }
 

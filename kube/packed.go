@@ -195,9 +195,12 @@ type packedVM struct {
 func (p *packedVM) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // GetLabels and GetAnnotations are the VM's (metav1.Object's, for
-// whoever reads a cached VM as one).
-func (p *packedVM) GetLabels() map[string]string      { return p.Labels.toMap() }
-func (p *packedVM) GetAnnotations() map[string]string { return p.Annotations.toMap() }
+// whoever reads a cached VM as one), as new maps; the setters replace
+// them (the cache never calls them on a stored record).
+func (p *packedVM) GetLabels() map[string]string       { return p.Labels.toMap() }
+func (p *packedVM) GetAnnotations() map[string]string  { return p.Annotations.toMap() }
+func (p *packedVM) SetLabels(m map[string]string)      { p.Labels = pairsOf(m) }
+func (p *packedVM) SetAnnotations(m map[string]string) { p.Annotations = pairsOf(m) }
 
 // label and annotation are the VM's label or annotation k.
 func (p *packedVM) label(k string) string      { v, _ := p.Labels.get(k); return v }
@@ -343,9 +346,12 @@ type hotVMIStatus struct {
 // GetObjectKind is for client-go's interfaces; the cache never asks.
 func (p *packedVMI) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
-// GetLabels and GetAnnotations are the instance's (metav1.Object's).
-func (p *packedVMI) GetLabels() map[string]string      { return p.labels }
-func (p *packedVMI) GetAnnotations() map[string]string { return p.annotations }
+// GetLabels and GetAnnotations are the instance's (metav1.Object's),
+// shared with the cache: read them, never modify them.
+func (p *packedVMI) GetLabels() map[string]string       { return p.labels }
+func (p *packedVMI) GetAnnotations() map[string]string  { return p.annotations }
+func (p *packedVMI) SetLabels(m map[string]string)      { p.labels = m }
+func (p *packedVMI) SetAnnotations(m map[string]string) { p.annotations = m }
 
 // DeepCopyObject keeps a packed instance packed (its conditions stay
 // shared: no one changes a cached object).

@@ -37,8 +37,8 @@ func TestPackedObjectsDecodeWhole(t *testing.T) {
 				m.UID != o.UID || m.ResourceVersion != o.ResourceVersion || m.Kind != o.Kind {
 				t.Errorf("cached VM %s: %+v", o.Name, m)
 			}
-			if p.rare != nil {
-				t.Errorf("cached VM %s keeps rare metadata: %+v", o.Name, p.rare)
+			if p.more != nil {
+				t.Errorf("cached VM %s keeps rare metadata: %+v", o.Name, p.more)
 			}
 			if len(p.claims) != 1 || p.claims[0] != o.Spec.DataVolumeTemplates[0].Name {
 				t.Errorf("cached VM %s claims %v", o.Name, p.claims)
@@ -192,7 +192,7 @@ func TestPackedRecordsKeepRareMetadata(t *testing.T) {
 	}
 	var o metav1.Object = p
 	if o.GetDeletionGracePeriodSeconds() == nil || o.GetGenerateName() != "web-" || o.GetDeletionTimestamp() == nil || o.GetLabels()[translate.LabelVMID] == "" {
-		t.Errorf("VM record as a metav1.Object: %+v", p.recordMeta)
+		t.Errorf("VM record as a metav1.Object: %+v %+v", p.recordMeta, p.recordMeta.more)
 	}
 	wantI := mustStrip(t, stripVMI, vmi.DeepCopy()).(*kubevirtv1.VirtualMachineInstance)
 	q := mustStrip(t, packingVMIs(&specCodec{}), vmi.DeepCopy()).(*packedVMI)

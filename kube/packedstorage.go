@@ -3,7 +3,6 @@ package kube
 import (
 	"encoding/hex"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -22,248 +21,100 @@ import (
 // their informer entries (ObjectMeta, specs and statuses, a map per label
 // or annotation set, owner references, UIDs as 36-byte strings). The
 // claim and DataVolume caches hold records instead: the metadata as
-// compact fields (storageMeta), a claim's spec and status as the few
-// fields stripStorage keeps of them, and a DataVolume's spec and status
-// packed as the VM specs are (specCodec; a DataVolume that is done packs
-// into some 16 bytes against its siblings). Lists and indexes read the
+// compact fields (recordMeta, as every record's, and storageLabels), a
+// claim's spec and status as the few fields stripStorage keeps of them,
+// and a DataVolume's spec and status packed as the VM specs are
+// (specCodec; a DataVolume that is done packs into some 16 bytes against
+// its siblings). Lists and indexes read the
 // records' fields; CachedPVC and DataVolume build typed objects from them
 // (read-only, as every cached object).
 
-// storageMeta is the metadata of a cached claim or DataVolume. It is a
-// metav1.Object, as the informers, the mutation cache and put want.
-type storageMeta struct {
-	name      string
-	namespace string // interned
-	uid       uuid   // zero when rest has it
-	version   string // resourceVersion
-	created   metav1.Time
-	deleted   *metav1.Time
-	// pairs are the labels and annotations, nil for neither.
-	pairs *metaPairs
-	// owners is nil when rest has them.
-	owners []ownerRef
-	// rest holds what a claim or DataVolume seldom has (a generateName, a
-	// generation, finalizers …, a UID or owner UID not in kube-apiserver's
-	// form), nil for none.
-	rest *metav1.ObjectMeta
+// storageLabels are a claim's or DataVolume's labels and annotations,
+// behind one pointer (most claims have a few of the plugin's, alike but
+// for a vmid). With recordMeta they make a record a metav1.Object.
+type storageLabels struct {
+	pairs *metaPairs // nil for neither
 }
-
-// packMeta makes the record's metadata of m.
-func packMeta(m *metav1.ObjectMeta) storageMeta {
-	s := storageMeta{
-		name: m.Name, namespace: internString(m.Namespace), version: m.ResourceVersion,
-		created: m.CreationTimestamp, deleted: m.DeletionTimestamp,
-	}
-	if m.Labels != nil || m.Annotations != nil {
-		s.pairs = &metaPairs{labels: packPairs(m.Labels), annotations: packPairs(m.Annotations)}
-	}
-	rest := metav1.ObjectMeta{
-		GenerateName: m.GenerateName, SelfLink: m.SelfLink, Generation: m.Generation,
-		DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds, Finalizers: m.Finalizers, ManagedFields: m.ManagedFields,
-	}
-	var ok bool
-	if s.uid, ok = parseUUID(m.UID); !ok {
-		rest.UID = m.UID
-	}
-	if s.owners, ok = packOwners(m.OwnerReferences, m.Name); !ok {
-		rest.OwnerReferences = m.OwnerReferences
-	}
-	if !reflect.ValueOf(rest).IsZero() {
-		s.rest = &rest
-	}
-	return s
-}
-
-// objectMeta builds the typed metadata (maps and slices of its own; the
-// owner references' Controller and BlockOwnerDeletion point to shared
-// bools: read them, never modify them).
-func (s *storageMeta) objectMeta() metav1.ObjectMeta {
-	m := metav1.ObjectMeta{
-		Name: s.name, Namespace: s.namespace, UID: s.GetUID(), ResourceVersion: s.version,
-		CreationTimestamp: s.created, DeletionTimestamp: s.deleted,
-		Labels: s.GetLabels(), Annotations: s.GetAnnotations(), OwnerReferences: s.GetOwnerReferences(),
-	}
-	if r := s.rest; r != nil {
-		m.GenerateName, m.SelfLink, m.Generation = r.GenerateName, r.SelfLink, r.Generation
-		m.DeletionGracePeriodSeconds, m.Finalizers, m.ManagedFields = r.DeletionGracePeriodSeconds, r.Finalizers, r.ManagedFields
-	}
-	return m
-}
-
-// hasUID tells whether the object's UID is uid, without making its string.
-func (s *storageMeta) hasUID(uid types.UID) bool {
-	if s.rest != nil && s.rest.UID != "" {
-		return s.rest.UID == uid
-	}
-	u, _ := parseUUID(uid)
-	return u == s.uid && (u != uuid{} || uid == "")
-}
-
-// annotation is the value of the annotation key, "" if none.
-func (s *storageMeta) annotation(key string) string {
-	if s.pairs == nil {
-		return ""
-	}
-	v, _ := s.pairs.annotations.get(key)
-	return v
-}
-
-// hasAnnotations tells whether the record has annotations at all.
-func (s *storageMeta) hasAnnotations() bool { return s.pairs != nil && len(s.pairs.annotations) > 0 }
 
 // metaPairs are the labels and annotations of an object, as packPairs
 // makes them: key, value, … by key (shared by equal sets; nil for none,
 // empty for an empty map).
 type metaPairs struct{ labels, annotations pairs }
 
-// ensureRest is rest, made when there is none.
-func (s *storageMeta) ensureRest() *metav1.ObjectMeta {
-	if s.rest == nil {
-		s.rest = &metav1.ObjectMeta{}
+// storageLabelsOf are m's labels and annotations.
+func storageLabelsOf(m *metav1.ObjectMeta) storageLabels {
+	if m.Labels == nil && m.Annotations == nil {
+		return storageLabels{}
 	}
-	return s.rest
+	return storageLabels{&metaPairs{labels: packPairs(m.Labels), annotations: packPairs(m.Annotations)}}
 }
 
-// The metav1.Object methods. Setters replace a field of the record (the
-// cache never calls them on a stored record).
+// storageObjectMeta builds the typed metadata of a claim or DataVolume
+// record (maps of its own; the owner references' Controller and
+// BlockOwnerDeletion point to shared bools: read them, never modify them).
+func storageObjectMeta(r *recordMeta, l *storageLabels) metav1.ObjectMeta {
+	return r.objectMeta(l.GetLabels(), l.GetAnnotations())
+}
 
-func (s *storageMeta) GetNamespace() string   { return s.namespace }
-func (s *storageMeta) SetNamespace(ns string) { s.namespace = internString(ns) }
-func (s *storageMeta) GetName() string        { return s.name }
-func (s *storageMeta) SetName(name string)    { s.name = name }
-func (s *storageMeta) GetUID() types.UID {
-	if s.rest != nil && s.rest.UID != "" {
-		return s.rest.UID
+// annotation is the value of the annotation key, "" if none.
+func (l *storageLabels) annotation(key string) string {
+	if l.pairs == nil {
+		return ""
 	}
-	return s.uid.uid()
+	v, _ := l.pairs.annotations.get(key)
+	return v
 }
-func (s *storageMeta) SetUID(uid types.UID) {
-	var ok bool
-	if s.uid, ok = parseUUID(uid); !ok {
-		s.ensureRest().UID = uid
-	} else if s.rest != nil {
-		s.rest.UID = ""
-	}
+
+// hasAnnotations tells whether the record has annotations at all.
+func (l *storageLabels) hasAnnotations() bool {
+	return l.pairs != nil && len(l.pairs.annotations) > 0
 }
-func (s *storageMeta) GetResourceVersion() string          { return s.version }
-func (s *storageMeta) SetResourceVersion(v string)         { s.version = v }
-func (s *storageMeta) GetCreationTimestamp() metav1.Time   { return s.created }
-func (s *storageMeta) SetCreationTimestamp(t metav1.Time)  { s.created = t }
-func (s *storageMeta) GetDeletionTimestamp() *metav1.Time  { return s.deleted }
-func (s *storageMeta) SetDeletionTimestamp(t *metav1.Time) { s.deleted = t }
-func (s *storageMeta) GetLabels() map[string]string {
-	if s.pairs == nil {
+
+// The labels and annotations of metav1.Object, as new maps. Setters
+// replace a set whole (the cache never calls them on a stored record).
+
+func (l *storageLabels) GetLabels() map[string]string {
+	if l.pairs == nil {
 		return nil
 	}
-	return s.pairs.labels.toMap()
+	return l.pairs.labels.toMap()
 }
-func (s *storageMeta) GetAnnotations() map[string]string {
-	if s.pairs == nil {
+func (l *storageLabels) GetAnnotations() map[string]string {
+	if l.pairs == nil {
 		return nil
 	}
-	return s.pairs.annotations.toMap()
+	return l.pairs.annotations.toMap()
 }
-func (s *storageMeta) SetLabels(m map[string]string) {
-	s.setPairs(packPairs(m), nil, true)
+func (l *storageLabels) SetLabels(m map[string]string) {
+	l.setPairs(packPairs(m), nil, true)
 }
-func (s *storageMeta) SetAnnotations(m map[string]string) {
-	s.setPairs(nil, packPairs(m), false)
+func (l *storageLabels) SetAnnotations(m map[string]string) {
+	l.setPairs(nil, packPairs(m), false)
 }
 
 // setPairs replaces the labels (isLabels) or the annotations.
-func (s *storageMeta) setPairs(labels, annotations pairs, isLabels bool) {
+func (l *storageLabels) setPairs(labels, annotations pairs, isLabels bool) {
 	var cp metaPairs
-	if s.pairs != nil {
-		cp = *s.pairs
+	if l.pairs != nil {
+		cp = *l.pairs
 	}
 	if isLabels {
 		cp.labels = labels
 	} else {
 		cp.annotations = annotations
 	}
-	s.pairs = nil
+	l.pairs = nil
 	if cp.labels != nil || cp.annotations != nil {
-		s.pairs = &cp
+		l.pairs = &cp
 	}
-}
-
-func (s *storageMeta) GetOwnerReferences() []metav1.OwnerReference {
-	if s.rest != nil && s.rest.OwnerReferences != nil {
-		return s.rest.OwnerReferences
-	}
-	return unpackOwners(s.owners)
-}
-func (s *storageMeta) SetOwnerReferences(r []metav1.OwnerReference) {
-	var ok bool
-	if s.owners, ok = packOwners(r, s.name); !ok {
-		s.ensureRest().OwnerReferences = r
-	} else if s.rest != nil {
-		s.rest.OwnerReferences = nil
-	}
-}
-
-func (s *storageMeta) GetGenerateName() string {
-	if s.rest == nil {
-		return ""
-	}
-	return s.rest.GenerateName
-}
-func (s *storageMeta) SetGenerateName(n string) { s.ensureRest().GenerateName = n }
-func (s *storageMeta) GetGeneration() int64 {
-	if s.rest == nil {
-		return 0
-	}
-	return s.rest.Generation
-}
-func (s *storageMeta) SetGeneration(g int64) { s.ensureRest().Generation = g }
-func (s *storageMeta) GetSelfLink() string {
-	if s.rest == nil {
-		return ""
-	}
-	return s.rest.SelfLink
-}
-func (s *storageMeta) SetSelfLink(l string) { s.ensureRest().SelfLink = l }
-func (s *storageMeta) GetDeletionGracePeriodSeconds() *int64 {
-	if s.rest == nil {
-		return nil
-	}
-	return s.rest.DeletionGracePeriodSeconds
-}
-func (s *storageMeta) SetDeletionGracePeriodSeconds(v *int64) {
-	s.ensureRest().DeletionGracePeriodSeconds = v
-}
-func (s *storageMeta) GetFinalizers() []string {
-	if s.rest == nil {
-		return nil
-	}
-	return s.rest.Finalizers
-}
-func (s *storageMeta) SetFinalizers(f []string) { s.ensureRest().Finalizers = f }
-func (s *storageMeta) GetManagedFields() []metav1.ManagedFieldsEntry {
-	if s.rest == nil {
-		return nil
-	}
-	return s.rest.ManagedFields
-}
-func (s *storageMeta) SetManagedFields(f []metav1.ManagedFieldsEntry) {
-	s.ensureRest().ManagedFields = f
-}
-
-// deepCopy copies what a setter may replace in place (rest; the slices
-// are replaced whole, never changed).
-func (s *storageMeta) deepCopy() storageMeta {
-	cp := *s
-	if s.rest != nil {
-		cp.rest = s.rest.DeepCopy()
-	}
-	return cp
 }
 
 // packedClaim is what the claim cache holds: the metadata, and of the
 // spec and status what stripStorage keeps, their slices, pointers and maps
 // shared by equal ones.
 type packedClaim struct {
-	storageMeta
+	recordMeta
+	storageLabels
 	accessModes *[]corev1.PersistentVolumeAccessMode
 	requests    corev1.ResourceList
 	class       *string
@@ -285,7 +136,7 @@ func (p *packedClaim) GetObjectKind() schema.ObjectKind { return schema.EmptyObj
 // DeepCopyObject keeps a record a record.
 func (p *packedClaim) DeepCopyObject() runtime.Object {
 	cp := *p
-	cp.storageMeta = p.deepCopy()
+	cp.recordMeta = p.recordMeta.deepCopy()
 	return &cp
 }
 
@@ -293,7 +144,7 @@ func (p *packedClaim) DeepCopyObject() runtime.Object {
 func packClaim(pvc *corev1.PersistentVolumeClaim) *packedClaim {
 	s := &pvc.Spec
 	p := &packedClaim{
-		storageMeta: packMeta(&pvc.ObjectMeta),
+		recordMeta: recordMetaOf(&pvc.ObjectMeta), storageLabels: storageLabelsOf(&pvc.ObjectMeta),
 		accessModes: internAccessModes(s.AccessModes),
 		requests:    internQuantities(s.Resources.Requests),
 		class:       internStringPtr(s.StorageClassName), volumeMode: internVolumeMode(s.VolumeMode),
@@ -314,7 +165,7 @@ func (p *packedClaim) claim() *corev1.PersistentVolumeClaim {
 	}
 	pvc := &corev1.PersistentVolumeClaim{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
-		ObjectMeta: p.objectMeta(),
+		ObjectMeta: storageObjectMeta(&p.recordMeta, &p.storageLabels),
 		Spec: corev1.PersistentVolumeClaimSpec{
 			Resources:        corev1.VolumeResourceRequirements{Requests: p.requests},
 			StorageClassName: p.class, VolumeMode: p.volumeMode,
@@ -362,7 +213,8 @@ func packingClaims(obj any) (any, error) {
 // and the spec and status packed: a DataVolume that is done repeats its
 // siblings' conditions and storage but for its name.
 type packedDataVolume struct {
-	storageMeta
+	recordMeta
+	storageLabels
 	phase cdiv1.DataVolumePhase
 	blob  []byte // dataVolumeBody
 	codec *specCodec
@@ -380,7 +232,7 @@ func (p *packedDataVolume) GetObjectKind() schema.ObjectKind { return schema.Emp
 // DeepCopyObject keeps a record a record.
 func (p *packedDataVolume) DeepCopyObject() runtime.Object {
 	cp := *p
-	cp.storageMeta = p.deepCopy()
+	cp.recordMeta = p.recordMeta.deepCopy()
 	return &cp
 }
 
@@ -392,9 +244,9 @@ func packDataVolume(c *specCodec, dv *cdiv1.DataVolume) (*packedDataVolume, erro
 		return nil, err
 	}
 	return &packedDataVolume{
-		storageMeta: packMeta(&dv.ObjectMeta),
-		phase:       cdiv1.DataVolumePhase(internString(string(dv.Status.Phase))),
-		blob:        blob, codec: c,
+		recordMeta: recordMetaOf(&dv.ObjectMeta), storageLabels: storageLabelsOf(&dv.ObjectMeta),
+		phase: cdiv1.DataVolumePhase(internString(string(dv.Status.Phase))),
+		blob:  blob, codec: c,
 	}, nil
 }
 
@@ -407,12 +259,12 @@ func (p *packedDataVolume) dataVolume() *cdiv1.DataVolume {
 	var body dataVolumeBody
 	if err := p.codec.unpack(p.blob, &body); err != nil {
 		// Only memory corruption gets here: what pack encoded decodes.
-		panic(fmt.Sprintf("kube: cached DataVolume %s/%s does not decode: %v", p.namespace, p.name, err))
+		panic(fmt.Sprintf("kube: cached DataVolume %s/%s does not decode: %v", p.Namespace, p.Name, err))
 	}
 	body.Status.Phase = p.phase
 	return &cdiv1.DataVolume{
 		TypeMeta:   metav1.TypeMeta{APIVersion: CDIGroupVersion, Kind: "DataVolume"},
-		ObjectMeta: p.objectMeta(), Spec: body.Spec, Status: body.Status,
+		ObjectMeta: storageObjectMeta(&p.recordMeta, &p.storageLabels), Spec: body.Spec, Status: body.Status,
 	}
 }
 
@@ -563,47 +415,31 @@ func bitsBool(flags, set, isTrue uint8) *bool {
 	return internedStorage.bools[min(1, int(flags&isTrue))]
 }
 
-// packOwners is refs as ownerRefs, false when a UID is not in
-// kube-apiserver's form (or refs is empty but not nil).
-func packOwners(refs []metav1.OwnerReference, name string) ([]ownerRef, bool) {
-	if refs == nil {
-		return nil, true
+// packOwner is ref as an ownerRef, false when its UID is not in
+// kube-apiserver's form. name is the object's own: an owner so named (a
+// DataVolume's claim, a VM's instance) shares its string.
+func packOwner(ref metav1.OwnerReference, name string) (ownerRef, bool) {
+	uid, ok := parseUUID(ref.UID)
+	if !ok || uid == (uuid{}) {
+		return ownerRef{}, false
 	}
-	if len(refs) == 0 {
-		return nil, false
+	if ref.Name == name {
+		ref.Name = name
 	}
-	out := make([]ownerRef, len(refs))
-	for i, r := range refs {
-		uid, ok := parseUUID(r.UID)
-		if !ok {
-			return nil, false
-		}
-		if r.Name == name {
-			r.Name = name
-		}
-		kind := internAs(internedStorage.owners, r.APIVersion+"\x00"+r.Kind, &ownerKind{apiVersion: r.APIVersion, kind: r.Kind})
-		out[i] = ownerRef{
-			name: r.Name, uid: uid, kind: kind,
-			flags: boolBits(r.Controller, ownerController, ownerControllerTrue) | boolBits(r.BlockOwnerDeletion, ownerBlock, ownerBlockTrue),
-		}
-	}
-	return out, true
+	kind := internAs(internedStorage.owners, ref.APIVersion+"\x00"+ref.Kind, &ownerKind{apiVersion: ref.APIVersion, kind: ref.Kind})
+	return ownerRef{
+		name: ref.Name, uid: uid, kind: kind,
+		flags: boolBits(ref.Controller, ownerController, ownerControllerTrue) | boolBits(ref.BlockOwnerDeletion, ownerBlock, ownerBlockTrue),
+	}, true
 }
 
-// unpackOwners is the owner references of packOwners' ownerRefs.
-func unpackOwners(refs []ownerRef) []metav1.OwnerReference {
-	if refs == nil {
-		return nil
+// reference is the owner reference packOwner packed.
+func (r *ownerRef) reference() metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: r.kind.apiVersion, Kind: r.kind.kind, Name: r.name, UID: r.uid.uid(),
+		Controller:         bitsBool(r.flags, ownerController, ownerControllerTrue),
+		BlockOwnerDeletion: bitsBool(r.flags, ownerBlock, ownerBlockTrue),
 	}
-	out := make([]metav1.OwnerReference, len(refs))
-	for i, r := range refs {
-		out[i] = metav1.OwnerReference{
-			APIVersion: r.kind.apiVersion, Kind: r.kind.kind, Name: r.name, UID: r.uid.uid(),
-			Controller:         bitsBool(r.flags, ownerController, ownerControllerTrue),
-			BlockOwnerDeletion: bitsBool(r.flags, ownerBlock, ownerBlockTrue),
-		}
-	}
-	return out
 }
 
 // uuid is a UID in the form kube-apiserver gives (a UUID in lowercase

@@ -141,10 +141,10 @@ func TestPackedClaimsShareTheirParts(t *testing.T) {
 	b := mustStrip(t, packingClaims, pvcs[1].DeepCopy()).(*packedClaim)
 	same := func(x, y any) bool { return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer() }
 	if !same(a.class, b.class) || !same(a.volumeMode, b.volumeMode) || !same(a.accessModes, b.accessModes) ||
-		!same(a.requests, b.requests) || a.owners[0].kind != b.owners[0].kind || unsafeString(a.namespace) != unsafeString(b.namespace) {
+		!same(a.requests, b.requests) || a.owner.kind != b.owner.kind || unsafeString(a.Namespace) != unsafeString(b.Namespace) {
 		t.Error("parts equal between claims are kept twice")
 	}
-	if unsafeString(a.owners[0].name) != unsafeString(a.name) {
+	if unsafeString(a.owner.name) != unsafeString(a.Name) {
 		t.Error("the owner DataVolume's name, the claim's own, is kept twice")
 	}
 	f := mustStrip(t, packingClaims, pvcs[3].DeepCopy()).(*packedClaim)

@@ -147,7 +147,7 @@ func (c *Cluster) StopAfterStart(ctx context.Context, g Guest, gracePeriod *int6
 			// patches the requests guarded by a test of their current
 			// value, which fails while the controller is still dropping it.
 			vm := c.cachedVM(g.Namespace(), g.Name())
-			if vm == nil || vm.UID != g.Meta().UID {
+			if vm == nil || !vm.hasUID(g.Meta().UID) {
 				return
 			}
 			vmi := c.cachedVMI(g.Namespace(), g.Name())

@@ -683,7 +683,7 @@ func (ts *Tasks) evaluate(t *Task, now time.Time) (done bool, exit string, log [
 	// vm and vmi are metadata and status (the specs stay packed): most
 	// goals are states; the few that read a spec decode it (whole).
 	var cvm *packedVM
-	if p := ts.c.cachedVM(t.namespace, t.name); p != nil && p.UID == t.uid {
+	if p := ts.c.cachedVM(t.namespace, t.name); p != nil && p.hasUID(t.uid) {
 		cvm = p
 	}
 	cvmi := ts.c.cachedVMI(t.namespace, t.name)

@@ -122,7 +122,7 @@ func (c *Cluster) vmidClaimed(vmid string) (bool, string) {
 		return false, ""
 	}
 	if uid := cm.Data["uid"]; uid != "" {
-		return string(vm.UID) == uid, claimNode(cm, "")
+		return vm.hasUID(types.UID(uid)), claimNode(cm, "")
 	}
 	return vm.label(translate.LabelVMID) == vmid, claimNode(cm, "")
 }

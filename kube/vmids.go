@@ -157,7 +157,7 @@ func (c *Cluster) table() *vmidTable {
 	vms := make([]*vmidEntry, 0, len(objs))
 	for _, o := range objs {
 		p := o.(*packedVM)
-		e := &vmidEntry{Name: p.Name, Namespace: p.Namespace, CreationTimestamp: p.CreationTimestamp}
+		e := &vmidEntry{Name: p.Name, Namespace: p.Namespace, CreationTimestamp: p.GetCreationTimestamp()}
 		e.vmid, e.labelled = p.Labels.get(translate.LabelVMID)
 		vms = append(vms, e)
 	}

@@ -107,7 +107,7 @@ func (c *Cluster) claimTotals() *diskUse {
 			u.bytes[class] += o.(*packedClaim).bytes()
 		}
 		if p, ok := o.(*packedClaim); ok {
-			if id, ok := diskClaimVMID(p.name); ok {
+			if id, ok := diskClaimVMID(p.Name); ok {
 				u.vmids[id] = struct{}{}
 			}
 		}
@@ -265,7 +265,7 @@ func (c *Cluster) claimUsers(ns, name string, except types.UID) []*packedVM {
 	var out []*packedVM
 	for _, o := range objs {
 		vm, ok := o.(*packedVM)
-		if !ok || vm.Namespace != ns || (except != "" && vm.UID == except) {
+		if !ok || vm.Namespace != ns || (except != "" && vm.hasUID(except)) {
 			continue
 		}
 		if slices.Contains(vm.claims, name) {
@@ -357,7 +357,7 @@ func (c *Cluster) claimKeys(obj any) []string {
 		if r.Kind != "DataVolume" {
 			continue
 		}
-		if dv := c.cachedDataVolume(pvc.namespace, r.Name); dv != nil {
+		if dv := c.cachedDataVolume(pvc.Namespace, r.Name); dv != nil {
 			out = append(out, ownerKeys(dv)[1:]...)
 		}
 	}

@@ -63,7 +63,7 @@ func (c *Cluster) dropStale(prev map[string]string) {
 	if prev == nil || prev["uid"] == "" {
 		return
 	}
-	if vm := c.cachedVM(prev["namespace"], prev["name"]); vm != nil && string(vm.UID) == prev["uid"] {
+	if vm := c.cachedVM(prev["namespace"], prev["name"]); vm != nil && vm.hasUID(types.UID(prev["uid"])) {
 		c.vms.drop(vm)
 		c.vmidGen.Add(1)
 		c.guestGen.Add(1)
