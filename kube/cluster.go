@@ -202,7 +202,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return c.own.kv.KubevirtV1().VirtualMachines(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, packingVMs(vmCodec()), vmChanged)
+	}, c.opts.Resync, nil, packingVMs(vmCodec()), vmChanged)
 	c.vmis = newStore(runCtx, ns, &kubevirtv1.VirtualMachineInstance{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return listJSON(ctx, c.own.kv.KubevirtV1().RESTClient(), "virtualmachineinstances", ns, o, c.own.kv.KubevirtV1().VirtualMachineInstances(ns).List)

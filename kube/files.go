@@ -175,7 +175,7 @@ func (c *Cluster) FileUsers(ns, claim string) []Guest {
 	var out []Guest
 	for _, vm := range users {
 		// As Guests: a VM added after the table was built shows next time.
-		if id, ok := t.byKey[vm.Namespace+"/"+vm.Name]; ok {
+		if id, ok := t.idOf(vm.Namespace, vm.Name); ok {
 			out = append(out, c.guest(id, vm, nt))
 		}
 	}

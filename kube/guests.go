@@ -215,17 +215,15 @@ func (g Guest) printableStatus() kubevirtv1.VirtualMachinePrintableStatus {
 func (c *Cluster) Guests() []Guest {
 	t := c.table()
 	nt := c.nodeTable()
-	objs := c.vms.list()
+	// The table's VMs, in its (vmid) order: a VM added after the table was
+	// built shows on the next call, one removed since is skipped.
+	objs := c.vms.getKeys(t.keys)
 	out := make([]Guest, 0, len(objs))
-	for _, o := range objs {
-		vm := o.(*packedVM)
-		id, ok := t.byKey[vm.Namespace+"/"+vm.Name]
-		if !ok {
-			continue // added after the table was built; shows on the next call
+	for i, o := range objs {
+		if vm, ok := o.(*packedVM); ok {
+			out = append(out, c.guest(int(t.ids[i]), vm, nt))
 		}
-		out = append(out, c.guest(id, vm, nt))
 	}
-	sortGuests(out)
 	return out
 }
 

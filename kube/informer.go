@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -293,16 +294,7 @@ func (s *store) list() []any {
 // overlay replaces, in objs (a fresh list), the objects a write of ours
 // has since superseded.
 func (s *store) overlay(objs []any) []any {
-	now := time.Now().UnixNano()
-	recent := map[string]bool{}
-	s.written.Range(func(k, v any) bool {
-		if v.(int64) < now {
-			s.written.Delete(k)
-		} else {
-			recent[k.(string)] = true
-		}
-		return true
-	})
+	recent := s.recentWrites()
 	if len(recent) == 0 {
 		return objs
 	}
@@ -323,6 +315,69 @@ func (s *store) overlay(objs []any) []any {
 		}
 	}
 	return objs
+}
+
+// recentWrites are the keys put lately (nil when none), forgetting those
+// put longer ago.
+func (s *store) recentWrites() map[string]bool {
+	now := time.Now().UnixNano()
+	var recent map[string]bool
+	s.written.Range(func(k, v any) bool {
+		if v.(int64) < now {
+			s.written.Delete(k)
+			return true
+		}
+		if recent == nil {
+			recent = map[string]bool{}
+		}
+		recent[k.(string)] = true
+		return true
+	})
+	return recent
+}
+
+// listKeyed is list with each object's key, the very string its informer
+// keeps: a caller that keeps keys (the vmid table) shares the informer's
+// rather than making its own.
+func (s *store) listKeyed() (keys []string, objs []any) {
+	recent := s.recentWrites()
+	for ns, inf := range s.byNS {
+		st := inf.GetStore()
+		for _, k := range st.ListKeys() {
+			var o any
+			var ok bool
+			if recent[k] {
+				o, ok, _ = s.writesFor(ns).GetByKey(k)
+			} else {
+				o, ok, _ = st.GetByKey(k)
+			}
+			if ok { // not deleted since ListKeys
+				keys = append(keys, k)
+				objs = append(objs, o)
+			}
+		}
+	}
+	return keys, objs
+}
+
+// getKeys returns the cached objects of keys (namespace/name, or name),
+// nil for those not cached. Like list it asks the overlay only for the
+// keys written lately.
+func (s *store) getKeys(keys []string) []any {
+	recent := s.recentWrites()
+	out := make([]any, len(keys))
+	for i, k := range keys {
+		ns, _, ok := strings.Cut(k, "/")
+		if !ok {
+			ns = ""
+		}
+		if recent[k] {
+			out[i], _, _ = s.writesFor(ns).GetByKey(k)
+		} else if inf := s.informerFor(ns); inf != nil {
+			out[i], _, _ = inf.GetStore().GetByKey(k)
+		}
+	}
+	return out
 }
 
 // byIndex merges an index lookup over every informer.

@@ -144,7 +144,7 @@ func (c *Cluster) sharedClaimBlocker(g Guest, content *snapshotv1.VirtualMachine
 		var why string
 		if users := c.ClaimUsers(g.Namespace(), claim, g.Meta().UID); len(users) > 0 {
 			why = "VM " + users[0].Name + " uses it"
-			if id, ok := c.table().byKey[users[0].Namespace+"/"+users[0].Name]; ok {
+			if id, ok := c.table().idOf(users[0].Namespace, users[0].Name); ok {
 				why = fmt.Sprintf("VM %d uses it", id)
 			}
 		} else if _, file, ok := translate.FileOf(vb.PersistentVolumeClaim.Annotations); ok {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,16 +140,17 @@ func TestBuildVMIDTable(t *testing.T) {
 			orders := [][]*kubevirtv1.VirtualMachine{tc.vms, reversed(tc.vms), rotated(tc.vms)}
 			for _, vms := range orders {
 				tab := buildVMIDTable(vms)
-				if !maps.Equal(tab.byKey, tc.want) {
-					t.Fatalf("byKey = %v, want %v", tab.byKey, tc.want)
+				byKey, byID := tab.keyMap(), tab.idMap()
+				if !maps.Equal(byKey, tc.want) {
+					t.Fatalf("byKey = %v, want %v", byKey, tc.want)
 				}
-				if len(tab.byID) != len(tc.want) {
-					t.Fatalf("byID has %d ids, want %d: %v", len(tab.byID), len(tc.want), tab.byID)
+				if len(byID) != len(tc.want) {
+					t.Fatalf("byID has %d ids, want %d: %v", len(byID), len(tc.want), byID)
 				}
 				maxID := 0
 				for key, id := range tc.want {
-					if tab.byID[id] != key {
-						t.Errorf("byID[%d] = %q, want %q", id, tab.byID[id], key)
+					if byID[id] != key {
+						t.Errorf("byID[%d] = %q, want %q", id, byID[id], key)
 					}
 					if got, err := tab.resolve(id); err != nil || got != key {
 						t.Errorf("resolve(%d) = %q, %v; want %q", id, got, err, key)
@@ -168,7 +170,7 @@ func TestBuildVMIDTable(t *testing.T) {
 					if !reflect.DeepEqual(tab.ambiguous[id], claimants) {
 						t.Errorf("ambiguous[%d] = %v, want %v", id, tab.ambiguous[id], claimants)
 					}
-					if key, ok := tab.byID[id]; ok {
+					if key, ok := byID[id]; ok {
 						t.Errorf("ambiguous id %d is shown by %s", id, key)
 					}
 					if !tab.taken(id) {
@@ -186,6 +188,29 @@ func TestBuildVMIDTable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keyMap is the table as namespace/name → vmid, as idOf answers.
+func (t *vmidTable) keyMap() map[string]int {
+	out := map[string]int{}
+	for _, key := range t.keys {
+		ns, name, _ := strings.Cut(key, "/")
+		if id, ok := t.idOf(ns, name); ok {
+			out[key] = id
+		}
+	}
+	return out
+}
+
+// idMap is the table as vmid → namespace/name, as resolve answers.
+func (t *vmidTable) idMap() map[int]string {
+	out := map[int]string{}
+	for _, id := range t.ids {
+		if key, err := t.resolve(int(id)); err == nil {
+			out[int(id)] = key
+		}
+	}
+	return out
 }
 
 func reversed[T any](s []T) []T {
@@ -286,5 +311,92 @@ func TestNextVMID(t *testing.T) {
 	}
 	if id, ok := full.NextVMID(translate.MaxVMID-1, nil); !ok || id != translate.MaxVMID-1 {
 		t.Errorf("NextVMID(max-1) = %d, %v; want %d, true", id, ok, translate.MaxVMID-1)
+	}
+}
+
+func TestCompareKey(t *testing.T) {
+	cases := []struct {
+		key, ns, name string
+	}{
+		{"a/x", "a", "x"}, {"a/x", "a", "y"}, {"a/y", "a", "x"},
+		// '-' sorts before '/': ns "a-b" before "a" as keys.
+		{"a-b/x", "a", "x"}, {"a/x", "a-b", "x"}, {"ab/x", "a", "x"}, {"a/x", "ab", "x"},
+		{"a", "a", "x"}, {"", "a", "x"}, {"a/", "a", ""}, {"a/x", "a", ""}, {"abc/x", "ab", "c/x"},
+	}
+	for _, tc := range cases {
+		want := strings.Compare(tc.key, tc.ns+"/"+tc.name)
+		if got := compareKey(tc.key, tc.ns, tc.name); got != want {
+			t.Errorf("compareKey(%q, %q, %q) = %d, want %d", tc.key, tc.ns, tc.name, got, want)
+		}
+	}
+}
+
+// TestVMIDTableByKey: the table's lookups by name and by namespace hold
+// for namespaces one of which prefixes another ('-' sorts before '/').
+func TestVMIDTableByKey(t *testing.T) {
+	tab := buildVMIDTable([]*kubevirtv1.VirtualMachine{
+		vmWithID("a", "x", "100", 0), vmWithID("a-b", "x", "101", 0), vmWithID("ab", "x", "102", 0),
+		vmWithID("a", "z", "103", 0), vmWithID("a", "y", "104", 0), vmWithID("b", "x", "105", 0),
+		vmWithID("b", "amb1", "200", 0), vmWithID("b", "amb2", "200", 0),
+	})
+	for key, want := range map[string]int{"a/x": 100, "a-b/x": 101, "ab/x": 102, "a/z": 103, "a/y": 104, "b/x": 105} {
+		ns, name, _ := strings.Cut(key, "/")
+		if id, ok := tab.idOf(ns, name); !ok || id != want {
+			t.Errorf("idOf(%s) = %d, %v; want %d", key, id, ok, want)
+		}
+	}
+	for _, key := range []string{"a/w", "a/xx", "a-b/y", "c/x", "/x", "a/"} {
+		ns, name, _ := strings.Cut(key, "/")
+		if id, ok := tab.idOf(ns, name); ok {
+			t.Errorf("idOf(%s) = %d, want none", key, id)
+		}
+	}
+	for ns, want := range map[string][]string{
+		"a": {"a/x", "a/y", "a/z"}, "a-b": {"a-b/x"}, "ab": {"ab/x"}, "b": {"b/amb1", "b/amb2", "b/x"},
+		"": nil, "c": nil, "a-": nil,
+	} {
+		if got := slices.Collect(tab.namespaceKeys(ns)); !slices.Equal(got, want) {
+			t.Errorf("namespaceKeys(%q) = %v, want %v", ns, got, want)
+		}
+	}
+	if empty := buildVMIDTable(nil); slices.Collect(empty.namespaceKeys("a")) != nil {
+		t.Errorf("an empty table lists VMs")
+	}
+	if _, ok := buildVMIDTable(nil).idOf("a", "x"); ok {
+		t.Errorf("an empty table finds a VM")
+	}
+}
+
+// TestVMIDTableOutOfRange: ids no VM can have are neither taken nor
+// resolved, whatever their size.
+func TestVMIDTableOutOfRange(t *testing.T) {
+	tab := buildVMIDTable([]*kubevirtv1.VirtualMachine{vmWithID("n", "top", strconv.Itoa(translate.MaxVMID), 0)})
+	for _, id := range []int{-1 << 40, -1, 0, 1<<31 - 1, 1 << 31, 1<<32 + translate.MaxVMID} {
+		if tab.taken(id) {
+			t.Errorf("taken(%d)", id)
+		}
+		if _, err := tab.resolve(id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("resolve(%d) = %v, want ErrNotFound", id, err)
+		}
+	}
+}
+
+func TestVMIDTableNextFree(t *testing.T) {
+	tab := buildVMIDTable([]*kubevirtv1.VirtualMachine{
+		vmWithID("n", "a", "100", 0), vmWithID("n", "b", "101", 0), vmWithID("n", "c", "102", 0),
+		vmWithID("n", "d", "103", 0), vmWithID("n", "e", "103", 0), // ambiguous
+		vmWithID("n", "f", "104", 0), vmWithID("n", "g", "106", 0),
+		vmWithID("n", "top", strconv.Itoa(translate.MaxVMID), 0),
+	})
+	cases := []struct{ from, want int }{
+		{100, 105}, {103, 105}, {105, 105}, {106, 107}, {99, 99}, {translate.MaxVMID - 1, translate.MaxVMID - 1},
+	}
+	for _, tc := range cases {
+		if got, ok := tab.nextFree(tc.from); !ok || got != tc.want {
+			t.Errorf("nextFree(%d) = %d, %v; want %d", tc.from, got, ok, tc.want)
+		}
+	}
+	if got, ok := tab.nextFree(translate.MaxVMID); ok {
+		t.Errorf("nextFree(max) = %d with max taken, want none", got)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -114,4 +116,58 @@ func TestDiskClaimsBytes(t *testing.T) {
 		got := c.DiskClaimsBytes("use-slow")
 		return got == 2<<30, fmt.Sprintf("use-slow uses %d", got)
 	})
+}
+
+// TestClaimUsersByNamespace: a claim's users are the VMs of its namespace
+// only, also beside namespaces whose names extend it, in name order, and
+// the vmid table keeps the VM cache's key strings rather than copies.
+func TestClaimUsersByNamespace(t *testing.T) {
+	using := func(ns, name, claim string) *kubevirtv1.VirtualMachine {
+		vm := vmAt(ns, name, 0)
+		vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+			Volumes: []kubevirtv1.Volume{{Name: "scsi0", VolumeSource: kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
+				PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}},
+		}}
+		return vm
+	}
+	c := poolCluster(t, Options{},
+		using("cu", "b", "shared"), using("cu", "a", "shared"), using("cu", "c", "other"),
+		using("cu-x", "a", "shared"), using("cux", "a", "shared"), using("c", "a", "shared"),
+	)
+	names := func(vms []*packedVM) []string {
+		out := []string{}
+		for _, vm := range vms {
+			out = append(out, vm.Namespace+"/"+vm.Name)
+		}
+		return out
+	}
+	if got, want := names(c.claimUsers("cu", "shared", "")), []string{"cu/a", "cu/b"}; !slices.Equal(got, want) {
+		t.Errorf("claimUsers(cu, shared) = %v, want %v", got, want)
+	}
+	if got, want := names(c.claimUsers("cu", "shared", "uid-cu-a")), []string{"cu/b"}; !slices.Equal(got, want) {
+		t.Errorf("claimUsers(cu, shared) but cu/a = %v, want %v", got, want)
+	}
+	if got, want := names(c.claimUsers("cu-x", "shared", "")), []string{"cu-x/a"}; !slices.Equal(got, want) {
+		t.Errorf("claimUsers(cu-x, shared) = %v, want %v", got, want)
+	}
+	if got := c.claimUsers("cu", "none", ""); len(got) != 0 {
+		t.Errorf("claimUsers(cu, none) = %v, want none", names(got))
+	}
+	if users := c.ClaimUsers("c", "shared", ""); len(users) != 1 || users[0].Name != "a" {
+		t.Errorf("ClaimUsers(c, shared) = %v, want c/a", users)
+	}
+
+	if got := c.vms.getKeys([]string{"cu/a", "cu/gone", "cux/a"}); len(got) != 3 || got[0].(*packedVM).Name != "a" || got[1] != nil || got[2].(*packedVM).Namespace != "cux" {
+		t.Errorf("getKeys = %v, want cu/a, nil, cux/a", got)
+	}
+
+	held := map[string]*byte{}
+	for _, k := range c.vms.informerFor("").GetStore().ListKeys() {
+		held[k] = unsafe.StringData(k)
+	}
+	for _, k := range c.table().keys {
+		if held[k] != unsafe.StringData(k) {
+			t.Errorf("the vmid table keeps a copy of the key %s", k)
+		}
+	}
 }
