@@ -15,7 +15,6 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
@@ -52,12 +51,25 @@ const (
 	downloadStall = 5 * time.Minute
 )
 
-// uploadPathRE is pveproxy's test for an upload request (HTTPServer.pm
-// isUpload): its body streams.
-var uploadPathRE = regexp.MustCompile(`^/api2/json/nodes/[^/]+/storage/[^/]+/upload$`)
-
-// isUploadPath tells whether an API path takes a streamed upload.
-func isUploadPath(p string) bool { return uploadPathRE.MatchString(p) }
+// isUploadPath tells whether an API path takes a streamed upload:
+// pveproxy's test (HTTPServer.pm isUpload), the path
+// ^/api2/json/nodes/[^/]+/storage/[^/]+/upload$. It runs on every
+// request, so without a regular expression.
+func isUploadPath(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/api2/json/nodes/")
+	if !ok {
+		return false
+	}
+	node, rest, ok := strings.Cut(rest, "/")
+	if !ok || node == "" {
+		return false
+	}
+	if rest, ok = strings.CutPrefix(rest, "storage/"); !ok {
+		return false
+	}
+	storage, tail, ok := strings.Cut(rest, "/")
+	return ok && storage != "" && tail == "upload"
+}
 
 // newChecksum is the hash of a PVE checksum-algorithm, nil for others.
 func newChecksum(alg string) hash.Hash {
