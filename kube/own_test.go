@@ -50,6 +50,7 @@ var ownUsers = map[string]string{
 	"Tasks.lookup":                  "task records: the plugin's",
 	"Tasks.persist":                 "task records: the plugin's",
 	"Tasks.removeClone":             "a failed clone's own VM (UID-guarded), after the request that made it ended",
+	"Tasks.endRecorded":             "task records: the plugin's",
 	"Tasks.prune":                   "task records: the plugin's",
 	"Tasks.AttachSession":           "console session records: task records",
 	"Session.update":                "console session records: task records",

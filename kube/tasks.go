@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -137,6 +138,10 @@ type Tasks struct {
 	recent map[string]*Task // written here, maybe not yet in the informer
 	// recentFor indexes recent by subject (see Task.subject).
 	recentFor map[string]map[string]*Task
+	// removing holds the failed clones (by UPID) whose VM is being removed
+	// before their end is recorded (conclude): no one evaluates them
+	// meanwhile.
+	removing map[string]bool
 	// queue holds the subjects whose running tasks are to be evaluated,
 	// or allTasks; its worker is run. Cluster events add the subjects they
 	// are about, so that an event costs the tasks it may end, not every
@@ -160,7 +165,7 @@ type Tasks struct {
 const allTasks = "*"
 
 func newTasks(c *Cluster) *Tasks {
-	return &Tasks{c: c, recent: map[string]*Task{}, recentFor: map[string]map[string]*Task{}, Retention: 24 * time.Hour, Interval: time.Second}
+	return &Tasks{c: c, recent: map[string]*Task{}, recentFor: map[string]map[string]*Task{}, removing: map[string]bool{}, Retention: 24 * time.Hour, Interval: time.Second}
 }
 
 // subject is the namespace/name of the object a task waits on: the VM,
@@ -321,15 +326,70 @@ func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
 	if t == nil {
 		return nil, ErrNoSuchTask
 	}
-	if t.Running() && ts.c.Healthy() == nil {
-		if done, exit, lines := ts.evaluate(t, time.Now()); done {
+	if t.Running() && !ts.removalUnderway(t) && ts.c.Healthy() == nil {
+		if done, exit, lines := ts.evaluate(t, time.Now()); !done {
+			ts.note(t, lines)
+		} else if failedClone(t, exit) {
+			// Its VM goes before the caller reads the end.
+			ts.conclude(context.WithoutCancel(ctx), t, exit, lines, time.Now())
+		} else {
 			ts.end(t, exit, lines, time.Now())
 			go ts.record(context.Background(), t.copy())
-		} else {
-			ts.note(t, lines)
 		}
 	}
 	return t, nil
+}
+
+// conclude ends t with exit after the log lines and records it. A failed
+// clone's VM is removed first, and gone from the cache before anyone
+// reads the end, as PVE's clone worker destroys its target before its
+// task ends: a client that reads the end and destroys the VM finds none.
+// Meanwhile the task reads as running and no one else evaluates it.
+func (ts *Tasks) conclude(ctx context.Context, t *Task, exit string, lines []string, now time.Time) {
+	if failedClone(t, exit) {
+		if !ts.beginRemoval(t) {
+			return // another caller concludes it
+		}
+		defer ts.endRemoval(t)
+		if !ts.endRecorded(ctx, t) {
+			ts.removeClone(ctx, t)
+		}
+	}
+	ts.end(t, exit, lines, now)
+	ts.record(ctx, t)
+}
+
+// beginRemoval marks t's VM as being removed; false when it already is.
+func (ts *Tasks) beginRemoval(t *Task) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	u := t.UPID.String()
+	if ts.removing[u] {
+		return false
+	}
+	ts.removing[u] = true
+	return true
+}
+
+func (ts *Tasks) endRemoval(t *Task) {
+	ts.mu.Lock()
+	delete(ts.removing, t.UPID.String())
+	ts.mu.Unlock()
+}
+
+// removalUnderway tells whether t's VM is being removed (conclude).
+func (ts *Tasks) removalUnderway(t *Task) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.removing[t.UPID.String()]
+}
+
+// endRecorded tells whether t's record already says it ended (another
+// replica ended it first, maybe OK), or cannot be read: then nothing is
+// done on this replica's word.
+func (ts *Tasks) endRecorded(ctx context.Context, t *Task) bool {
+	cm, err := ts.c.own.kube.CoreV1().ConfigMaps(ts.c.opts.TaskNamespace).Get(ctx, t.cmName, metav1.GetOptions{})
+	return err != nil || cm.Data["status"] == "stopped"
 }
 
 // List returns tasks on node (all nodes when ""), newest first.
@@ -525,9 +585,11 @@ func (ts *Tasks) sync(ctx context.Context, key string) {
 	}
 	now := time.Now()
 	for _, t := range tasks() {
+		if ts.removalUnderway(t) {
+			continue
+		}
 		if done, exit, lines := ts.evaluate(t, now); done {
-			ts.end(t, exit, lines, now)
-			ts.record(ctx, t)
+			ts.conclude(ctx, t, exit, lines, now)
 			if t.goal == GoalGone && exit == translate.ExitOK {
 				ts.c.dropClaim(ctx, t.UPID.ID)
 			}
@@ -579,19 +641,21 @@ func failedClone(t *Task, exit string) bool {
 	return t.UPID.Type == translate.TaskClone && exit != translate.ExitOK && t.uid != ""
 }
 
-// record persists an ended task and, when this record is the one that
-// stands (another replica may have ended the task first, maybe OK), does
-// what the end asks: a failed clone's VM is deleted.
+// record persists an ended task (a failed clone's VM is removed before,
+// see conclude).
 func (ts *Tasks) record(ctx context.Context, t *Task) {
-	if ts.persist(ctx, t) && failedClone(t, t.ExitStatus) {
-		ts.removeClone(ctx, t)
-	}
+	ts.persist(ctx, t)
 }
 
+// cloneGoneWait bounds how long a failed clone's end waits for its VM to
+// leave the cache.
+const cloneGoneWait = 10 * time.Second
+
 // removeClone deletes the VM a failed clone made, guarded by its UID so
-// that no other VM of that name is touched. As the plugin: the request
-// that made it has ended; its disks (DataVolumes) and cloud-init Secret
-// are owned by it and go with it.
+// that no other VM of that name is touched, and waits until the cache no
+// longer has it. As the plugin: the request that made it has ended; its
+// disks (DataVolumes) and cloud-init Secret are owned by it and go with
+// it.
 func (ts *Tasks) removeClone(ctx context.Context, t *Task) {
 	uid := t.uid
 	bg := metav1.DeletePropagationBackground
@@ -600,6 +664,14 @@ func (ts *Tasks) removeClone(ctx context.Context, t *Task) {
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		ts.c.logger.Warn("removing a failed clone", zap.String("upid", t.UPID.String()), zap.String("vm", t.subject()), zap.Error(err))
+		return
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, cloneGoneWait, true, func(context.Context) (bool, error) {
+		vm := ts.c.cachedVM(t.namespace, t.name)
+		return vm == nil || !vm.hasUID(uid), nil
+	})
+	if err != nil {
+		ts.c.logger.Warn("a failed clone's VM stays in the cache", zap.String("upid", t.UPID.String()), zap.String("vm", t.subject()), zap.Error(err))
 	}
 }
 
@@ -980,8 +1052,7 @@ func (ts *Tasks) fail(ctx context.Context, upid, exit string) {
 	if t == nil || !t.Running() {
 		return
 	}
-	ts.end(t, exit, nil, time.Now())
-	ts.record(ctx, t)
+	ts.conclude(ctx, t, exit, nil, time.Now())
 }
 
 func reason(vm *kubevirtv1.VirtualMachine) string {
