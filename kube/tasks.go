@@ -600,7 +600,7 @@ func (ts *Tasks) sync(ctx context.Context, key string) {
 }
 
 // end ends t with exit after the log lines. A failed clone says that its
-// half-made VM goes (record removes it), as PVE's clone worker destroys
+// half-made VM goes (conclude removed it first), as PVE's clone worker destroys
 // its target when the copy fails.
 func (ts *Tasks) end(t *Task, exit string, lines []string, now time.Time) {
 	t.addLog(lines...)
