@@ -334,7 +334,7 @@ func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
 			ts.conclude(context.WithoutCancel(ctx), t, exit, lines, time.Now())
 		} else {
 			ts.end(t, exit, lines, time.Now())
-			go ts.record(context.Background(), t.copy())
+			go ts.persist(context.Background(), t.copy())
 		}
 	}
 	return t, nil
@@ -356,7 +356,7 @@ func (ts *Tasks) conclude(ctx context.Context, t *Task, exit string, lines []str
 		}
 	}
 	ts.end(t, exit, lines, now)
-	ts.record(ctx, t)
+	ts.persist(ctx, t)
 }
 
 // beginRemoval marks t's VM as being removed; false when it already is.
@@ -639,12 +639,6 @@ func (t *Task) addLog(lines ...string) {
 // its subject is the clone's new VM (see the clone endpoint).
 func failedClone(t *Task, exit string) bool {
 	return t.UPID.Type == translate.TaskClone && exit != translate.ExitOK && t.uid != ""
-}
-
-// record persists an ended task (a failed clone's VM is removed before,
-// see conclude).
-func (ts *Tasks) record(ctx context.Context, t *Task) {
-	ts.persist(ctx, t)
 }
 
 // cloneGoneWait bounds how long a failed clone's end waits for its VM to

@@ -16,11 +16,8 @@ import (
 // rows, each checked against the grants: the cost of filtering) and to a
 // PVEVMUser of one pool (few rows); compare them within one run.
 func BenchmarkClusterResourcesByRole(b *testing.B) {
-	c, err := kube.Simulate(context.Background(), 10000, kube.Options{Logger: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Stop()
+	c := simulated(b, 10000)
+	var err error
 	for _, tc := range []struct {
 		name  string
 		grant []GrantConfig
@@ -57,11 +54,8 @@ func BenchmarkClusterResourcesByRole(b *testing.B) {
 // endpoint share one vmid parse and one guest lookup, and the node is a
 // map lookup.
 func BenchmarkQemuStatusCurrent(b *testing.B) {
-	c, err := kube.Simulate(context.Background(), 1000, kube.Options{Logger: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Stop()
+	c := simulated(b, 1000)
+	var err error
 	h := &APIHandler{ClusterName: "bench", logger: zap.NewNop(), cluster: c}
 	h.auth = newAuthenticator([]byte("bench-key"))
 	h.auth.tokens["u@pve!b"] = "s"
@@ -92,11 +86,7 @@ func BenchmarkQemuStatusCurrent(b *testing.B) {
 // row's object facts are kept): every reading rebuilds the rows of every
 // running VM.
 func BenchmarkRowRebuild(b *testing.B) {
-	c, err := kube.Simulate(context.Background(), 10, kube.Options{Logger: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Stop()
+	c := simulated(b, 10)
 	h := &APIHandler{ClusterName: "bench", logger: zap.NewNop(), cluster: c}
 	r := h.vmRows(c)
 	var running kube.Guest
@@ -131,4 +121,15 @@ func BenchmarkRowRebuild(b *testing.B) {
 			}
 		})
 	}
+}
+
+// simulated is a simulated cluster of n extra VMs for one benchmark.
+func simulated(b *testing.B, n int) *kube.Cluster {
+	b.Helper()
+	c, err := kube.Simulate(context.Background(), n, kube.Options{Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Stop)
+	return c
 }
