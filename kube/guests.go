@@ -5,7 +5,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -160,6 +159,18 @@ func (g Guest) UID() types.UID { return g.objectMeta().GetUID() }
 // ResourceVersion is the VM's resourceVersion as cached.
 func (g Guest) ResourceVersion() string { return g.objectMeta().GetResourceVersion() }
 
+// InstanceVersion is the instance's resourceVersion as cached, "" when
+// no instance exists; unlike InstanceMeta it makes nothing.
+func (g Guest) InstanceVersion() string {
+	if g.vmi != nil {
+		return g.vmi.version
+	}
+	if m := g.InstanceMeta(); m != nil {
+		return m.ResourceVersion
+	}
+	return ""
+}
+
 // PoolAnnotation is the pool the VM names (translate.AnnotationPool, ""
 // for none); set is false without the annotation, when the namespace
 // decides.
@@ -221,7 +232,7 @@ func (c *Cluster) Guests() []Guest {
 	out := make([]Guest, 0, len(objs))
 	for i, o := range objs {
 		if vm, ok := o.(*packedVM); ok {
-			out = append(out, c.guest(int(t.ids[i]), vm, nt))
+			out = append(out, c.guestAt(int(t.ids[i]), t.keys[i], vm, nt))
 		}
 	}
 	return out
@@ -240,12 +251,11 @@ func (c *Cluster) Guest(vmid int) (Guest, error) {
 	if err != nil {
 		return Guest{}, err
 	}
-	ns, name, _ := strings.Cut(key, "/")
-	o := c.vms.get(ns, name)
-	if o == nil {
+	vm, ok := c.vms.getKey(key).(*packedVM)
+	if !ok {
 		return Guest{}, ErrNotFound
 	}
-	return c.guest(vmid, o.(*packedVM), c.nodeTable()), nil
+	return c.guestAt(vmid, key, vm, c.nodeTable()), nil
 }
 
 // GuestOf is the Guest of vm under vmid, as Guest would show it: for a VM
@@ -259,9 +269,18 @@ func (c *Cluster) GuestOf(vmid int, vm *kubevirtv1.VirtualMachine) Guest {
 }
 
 func (c *Cluster) guest(id int, vm *packedVM, nt *nodeTable) Guest {
+	return c.guestAt(id, vm.Namespace+"/"+vm.Name, vm, nt)
+}
+
+// guestAt is guest of the VM cached under key: its instance has the same.
+func (c *Cluster) guestAt(id int, key string, vm *packedVM, nt *nodeTable) Guest {
 	g := Guest{VMID: id, vm: vm, full: &guestFull{}}
-	g.vmi = c.cachedVMI(vm.Namespace, vm.Name)
-	g.Node = guestNodeOf(nt, vm.annotation(translate.AnnotationNode), vm.GetUID())
+	g.vmi, _ = c.vmis.getKey(key).(*packedVMI)
+	if recorded := vm.annotation(translate.AnnotationNode); recorded != "" {
+		g.Node = recorded
+	} else {
+		g.Node = homeNode(nt, string(vm.GetUID()))
+	}
 	return g
 }
 

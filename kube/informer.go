@@ -260,15 +260,23 @@ func cached[T any](s *store, ns, name string) *T {
 
 // get returns the cached object ns/name, or nil.
 func (s *store) get(ns, name string) any {
-	inf := s.informerFor(ns)
-	if inf == nil {
+	if ns == "" {
+		return s.getKey(name)
+	}
+	return s.getKey(ns + "/" + name)
+}
+
+// getKey is get of a key (namespace/name, or name).
+func (s *store) getKey(key string) any {
+	ns, _, ok := strings.Cut(key, "/")
+	if !ok {
+		ns = ""
+	}
+	w := s.writesFor(ns)
+	if w == nil {
 		return nil
 	}
-	key := name
-	if ns != "" {
-		key = ns + "/" + name
-	}
-	obj, ok, err := s.writesFor(ns).GetByKey(key)
+	obj, ok, err := w.GetByKey(key)
 	if err != nil || !ok {
 		return nil
 	}

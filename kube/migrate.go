@@ -44,6 +44,13 @@ func (c *Cluster) startMigrationStore(ctx context.Context) *store {
 		}
 	}
 	mig := c.own.kv.KubevirtV1()
+	// A migration a user asked for puts PVE's migrate lock on its VM's
+	// rows (NoUserMigration): a change is one to what Guests shows.
+	touch := c.Tasks.touchBy(keys(migrationVMI))
+	changed := func(old, new any) {
+		c.guestGen.Add(1)
+		touch(old, new)
+	}
 	return newStore(ctx, c.opts.Namespaces, &kubevirtv1.VirtualMachineInstanceMigration{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return mig.VirtualMachineInstanceMigrations(ns).List(ctx, o)
@@ -51,7 +58,7 @@ func (c *Cluster) startMigrationStore(ctx context.Context) *store {
 		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 			return mig.VirtualMachineInstanceMigrations(ns).Watch(ctx, o)
 		},
-	}, c.opts.Resync, cache.Indexers{migrationVMIIndex: migrationVMI}, stripMeta, c.Tasks.touchBy(keys(migrationVMI)))
+	}, c.opts.Resync, cache.Indexers{migrationVMIIndex: migrationVMI}, stripMeta, changed)
 }
 
 // migrationVMI indexes migrations by the namespace/name of their instance
