@@ -375,13 +375,13 @@ func pathGuest(q *request) (kube.Guest, bool) {
 
 func nodeNeeds(privs ...string) needFunc {
 	return func(h *APIHandler, q *request) []check {
-		return []check{{path: "/nodes/" + q.r.PathValue("node"), privs: privs}}
+		return []check{{path: "/nodes/" + q.pathValue("node"), privs: privs}}
 	}
 }
 
 func storageNeeds(privs ...string) needFunc {
 	return func(h *APIHandler, q *request) []check {
-		return []check{{path: "/storage/" + q.r.PathValue("storage"), privs: privs}}
+		return []check{{path: "/storage/" + q.pathValue("storage"), privs: privs}}
 	}
 }
 
@@ -550,7 +550,7 @@ func poolNeeds(h *APIHandler, q *request) []check {
 
 // poolAuditNeeds: Pool.Audit on the pool read by /pools/{poolid}.
 func poolAuditNeeds(h *APIHandler, q *request) []check {
-	return []check{h.poolCheck(q.c, q.r.PathValue("poolid"), "Pool.Audit")}
+	return []check{h.poolCheck(q.c, q.pathValue("poolid"), "Pool.Audit")}
 }
 
 // poolUpdateNeeds: Pool.Allocate on the pool and, as PVE's
@@ -586,7 +586,7 @@ func poolUpdateNeeds(h *APIHandler, q *request) []check {
 // With PVE roles the grants decide which of the two applies; under
 // impersonation the first (Sys.Modify maps to cluster-admin rights).
 func networkChecks(h *APIHandler, q *request) []check {
-	node := "/nodes/" + q.r.PathValue("node")
+	node := "/nodes/" + q.pathValue("node")
 	if !h.perms.impersonate && granted(h.perms.grants(q.id), node, "", "Sys.AccessNetwork") {
 		return []check{{path: node, privs: []string{"Sys.AccessNetwork"}}}
 	}
@@ -603,7 +603,7 @@ func queryURLNeeds(h *APIHandler, q *request) []check { return networkChecks(h, 
 // fetch any URL already, and the plugin's own size probe is guarded (see
 // urlprobe.go).
 func downloadNeeds(h *APIHandler, q *request) []check {
-	st := check{path: "/storage/" + q.r.PathValue("storage"), ns: h.defaultNamespace(), privs: []string{"Datastore.AllocateTemplate"}}
+	st := check{path: "/storage/" + q.pathValue("storage"), ns: h.defaultNamespace(), privs: []string{"Datastore.AllocateTemplate"}}
 	if h.perms.impersonate {
 		return []check{st}
 	}
@@ -614,7 +614,7 @@ func downloadNeeds(h *APIHandler, q *request) []check {
 // uploads go to, as PVE's upload asks (no network right: the plugin
 // fetches nothing).
 func uploadNeeds(h *APIHandler, q *request) []check {
-	return []check{{path: "/storage/" + q.r.PathValue("storage"), ns: h.defaultNamespace(), privs: []string{"Datastore.AllocateTemplate"}}}
+	return []check{{path: "/storage/" + q.pathValue("storage"), ns: h.defaultNamespace(), privs: []string{"Datastore.AllocateTemplate"}}}
 }
 
 // volumeDeleteNeeds: Datastore.Allocate on the storage, in the namespace
@@ -626,7 +626,7 @@ func volumeDeleteNeeds(h *APIHandler, q *request) []check {
 			ns = pvc.Namespace
 		}
 	}
-	return []check{{path: "/storage/" + q.r.PathValue("storage"), ns: ns, privs: []string{"Datastore.Allocate"}}}
+	return []check{{path: "/storage/" + q.pathValue("storage"), ns: ns, privs: []string{"Datastore.Allocate"}}}
 }
 
 // mayTask tells whether the caller may read a task: their own, or any
@@ -656,6 +656,6 @@ func (h *APIHandler) actAs(q *request) *apiError {
 		h.logger.Error("cannot act as the caller", zap.String("user", q.id.ID()), zap.Error(err))
 		return newError(http.StatusInternalServerError, "cannot act as %s: %v", q.id.ID(), err)
 	}
-	q.r = q.r.WithContext(ctx)
+	q.context = ctx
 	return nil
 }

@@ -31,11 +31,16 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// hasBody tells whether r may have a body.
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}
+
 // boundBody puts a read deadline on r's body, if it has one. A body that
 // ends early (the 413 of an oversized one) keeps the deadline, which then
 // also bounds the server's drain of the rest.
 func boundBody(w http.ResponseWriter, r *http.Request) {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+	if !hasBody(r) {
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -39,7 +39,7 @@ func (h *APIHandler) realms() []map[string]any {
 // getDomain is one realm's configuration, for callers who may audit
 // /access (PVE: Realm.Allocate or Sys.Audit on /access/realm/<realm>).
 func (h *APIHandler) getDomain(q *request) (any, *apiError) {
-	realm := q.r.PathValue("realm")
+	realm := q.pathValue("realm")
 	if !h.seesAccess(q) {
 		return nil, permErr(check{path: "/access/realm/" + realm, privs: []string{"Realm.Allocate", "Sys.Audit"}})
 	}
@@ -220,7 +220,7 @@ func contains(list []string, s string) bool {
 }
 
 func (h *APIHandler) getUser(q *request) (any, *apiError) {
-	u := q.r.PathValue("userid")
+	u := q.pathValue("userid")
 	if u != q.id.UserID && !h.seesAccess(q) {
 		return nil, permErr(check{path: "/access/users/" + u, privs: []string{"User.Modify", "Sys.Audit"}})
 	}
@@ -259,7 +259,7 @@ func (h *APIHandler) getGroups(q *request) (any, *apiError) {
 // getGroup is one group with its members, for its members and callers
 // who may audit /access.
 func (h *APIHandler) getGroup(q *request) (any, *apiError) {
-	group := q.r.PathValue("groupid")
+	group := q.pathValue("groupid")
 	var members []string
 	for _, id := range h.Identities {
 		if slices.Contains(id.KubeGroups, group) {
@@ -291,9 +291,9 @@ func (h *APIHandler) getRoles(q *request) (any, *apiError) {
 }
 
 func (h *APIHandler) getRole(q *request) (any, *apiError) {
-	privs, ok := translate.Roles[q.r.PathValue("roleid")]
+	privs, ok := translate.Roles[q.pathValue("roleid")]
 	if !ok {
-		return nil, newError(http.StatusInternalServerError, "role '%s' does not exist", q.r.PathValue("roleid"))
+		return nil, newError(http.StatusInternalServerError, "role '%s' does not exist", q.pathValue("roleid"))
 	}
 	out := map[string]int{}
 	for _, p := range privs {

@@ -43,7 +43,7 @@ func (h *APIHandler) getAgent(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	cmd := q.r.PathValue("command")
+	cmd := q.pathValue("command")
 	switch cmd {
 	case "ping", "network-get-interfaces", "get-osinfo", "get-host-name":
 	default:

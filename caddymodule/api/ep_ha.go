@@ -100,7 +100,7 @@ func (h *APIHandler) haGuest(q *request, sid string) (kube.Guest, string, *apiEr
 // getHAResource reads one HA resource. A VM that is none is PVE's "no
 // such resource", which Telmate's update path expects.
 func (h *APIHandler) getHAResource(q *request) (any, *apiError) {
-	g, sid, e := h.haGuest(q, q.r.PathValue("sid"))
+	g, sid, e := h.haGuest(q, q.pathValue("sid"))
 	if e != nil {
 		if sid != "" && strings.HasPrefix(e.Message, "resource '") {
 			return nil, newError(http.StatusInternalServerError, "no such resource '%s'", sid)
@@ -194,7 +194,7 @@ func (h *APIHandler) putHAResource(q *request) (any, *apiError) {
 	if e := q.p.allowOnly("type", "state", "group", "max_restart", "max_relocate", "comment", "delete", "digest"); e != nil {
 		return nil, e
 	}
-	g, full, e := h.haGuest(q, q.r.PathValue("sid"))
+	g, full, e := h.haGuest(q, q.pathValue("sid"))
 	if e != nil {
 		return nil, e
 	}
@@ -246,7 +246,7 @@ func haDelete(list string, c *translate.HAConfig) *apiError {
 // deleteHAResource ends a VM's HA management; it keeps running or stopped
 // as it is, started and stopped by request again (run strategy Manual).
 func (h *APIHandler) deleteHAResource(q *request) (any, *apiError) {
-	g, full, e := h.haGuest(q, q.r.PathValue("sid"))
+	g, full, e := h.haGuest(q, q.pathValue("sid"))
 	if e != nil {
 		return nil, e
 	}

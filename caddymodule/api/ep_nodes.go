@@ -26,7 +26,7 @@ func (h *APIHandler) nodes() []kube.Node {
 // node resolves the {node} path segment like pveproxy: an unknown node is
 // an error naming it.
 func (h *APIHandler) node(q *request) (kube.Node, *apiError) {
-	return h.nodeNamed(q.r.PathValue("node"))
+	return h.nodeNamed(q.pathValue("node"))
 }
 
 // nodeNamed finds a node by its PVE name, or fails as pveproxy does.

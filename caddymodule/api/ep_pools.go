@@ -174,7 +174,7 @@ func (h *APIHandler) getPool(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	id := q.r.PathValue("poolid")
+	id := q.pathValue("poolid")
 	if err := translate.ParsePoolID(id); err != nil {
 		return nil, paramErr("poolid", "%v", err)
 	}
@@ -230,7 +230,7 @@ const (
 // poolID is the pool a write names: {poolid} in the path (the deprecated
 // /pools/{poolid} forms), else the poolid parameter.
 func poolID(q *request) string {
-	if id := q.r.PathValue("poolid"); id != "" {
+	if id := q.pathValue("poolid"); id != "" {
 		return id
 	}
 	return q.p["poolid"]
@@ -239,7 +239,7 @@ func poolID(q *request) string {
 // poolParam reads and checks the pool id of a write.
 func poolParam(q *request) (string, *apiError) {
 	id := poolID(q)
-	if q.r.PathValue("poolid") == "" {
+	if q.pathValue("poolid") == "" {
 		v, ok, e := q.p.str("poolid")
 		if e != nil {
 			return "", e

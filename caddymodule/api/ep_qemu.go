@@ -275,7 +275,7 @@ func (h *APIHandler) postQemuStatus(q *request) (any, *apiError) {
 	if e := snapshotLocked(q, g); e != nil {
 		return nil, e
 	}
-	action := q.r.PathValue("action")
+	action := q.pathValue("action")
 	c := q.c
 	vmid := g.VMID
 	if res, handled, e := h.haPower(q, g, action); handled {

@@ -77,7 +77,7 @@ func (h *APIHandler) snapshot(q *request) (kube.Guest, kube.Snapshot, *apiError)
 
 // findSnapshot resolves {snapname}.
 func (h *APIHandler) findSnapshot(q *request, g kube.Guest) (kube.Snapshot, *apiError) {
-	name := q.r.PathValue("snapname")
+	name := q.pathValue("snapname")
 	snaps, err := q.c.Snapshots(g)
 	if err != nil {
 		return kube.Snapshot{}, snapshotError(err)

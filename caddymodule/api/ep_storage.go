@@ -136,7 +136,7 @@ func (h *APIHandler) getNodeStorageStatus(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
-	name := q.r.PathValue("storage")
+	name := q.pathValue("storage")
 	for _, r := range h.storageRowsWhere(q, func(s string) bool { return s == name }) {
 		if r.Storage == name {
 			return r, nil
@@ -154,7 +154,7 @@ func (h *APIHandler) getStorageConfig(q *request) (any, *apiError) {
 }
 
 func (h *APIHandler) getStorageConfigOne(q *request) (any, *apiError) {
-	name := q.r.PathValue("storage")
+	name := q.pathValue("storage")
 	for _, r := range h.storageRowsWhere(q, func(s string) bool { return s == name }) {
 		if r.Storage == name {
 			return map[string]any{"storage": r.Storage, "type": r.Type, "content": r.Content, "shared": r.Shared}, nil

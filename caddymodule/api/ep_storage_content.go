@@ -132,7 +132,7 @@ func (h *APIHandler) getStorageContent(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
-	s := q.r.PathValue("storage")
+	s := q.pathValue("storage")
 	if !h.storageExists(q, s) {
 		return nil, noStorage(s)
 	}
@@ -160,8 +160,8 @@ func (h *APIHandler) getStorageVolume(q *request) (any, *apiError) {
 	if _, e := h.node(q); e != nil {
 		return nil, e
 	}
-	s := q.r.PathValue("storage")
-	volid := q.r.PathValue("volume")
+	s := q.pathValue("storage")
+	volid := q.pathValue("volume")
 	if !h.storageExists(q, s) {
 		return nil, noStorage(s)
 	}

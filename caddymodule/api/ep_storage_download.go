@@ -114,7 +114,7 @@ func (h *APIHandler) postDownloadURL(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	s := q.r.PathValue("storage")
+	s := q.pathValue("storage")
 	if e := h.fileTarget(q, s, d.content, d.file); e != nil {
 		return nil, e
 	}

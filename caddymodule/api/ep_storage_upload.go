@@ -139,7 +139,7 @@ func (h *APIHandler) postUpload(q *request) (any, *apiError) {
 		return nil, e
 	}
 	content, file := q.p["content"], translate.NormalizeContentFilename(q.p["filename"])
-	s := q.r.PathValue("storage")
+	s := q.pathValue("storage")
 	if content == "vztmpl" && h.isDirStorage(s) {
 		return nil, newError(http.StatusInternalServerError, "storage '%s' does not support '%s' content", s, content)
 	}
@@ -259,7 +259,7 @@ func (h *APIHandler) uploadForm(q *request) (io.Reader, *apiError) {
 		val := strings.TrimSpace(string(v))
 		if name == "node" || name == "storage" {
 			// The path's parameters may be repeated, not contradicted.
-			if val != q.r.PathValue(name) {
+			if val != q.pathValue(name) {
 				return nil, paramErr(name, "duplicate parameter (already defined in URI) with conflicting values!")
 			}
 			continue

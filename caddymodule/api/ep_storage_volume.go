@@ -29,7 +29,7 @@ func (h *APIHandler) deleteStorageVolume(q *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	s := q.r.PathValue("storage")
+	s := q.pathValue("storage")
 	if !h.storageExists(q, s) {
 		return nil, noStorage(s)
 	}
@@ -86,8 +86,8 @@ func (h *APIHandler) deleteStorageVolume(q *request) (any, *apiError) {
 // storage). Anything else is refused: VM disks are deleted through their
 // VM.
 func (h *APIHandler) fileVolumeOf(q *request) (volid, content, file string, e *apiError) {
-	s := q.r.PathValue("storage")
-	volume := q.r.PathValue("volume")
+	s := q.pathValue("storage")
+	volume := q.pathValue("volume")
 	name := volume
 	if sid, rest, ok := strings.Cut(volume, ":"); ok {
 		if sid != s {

@@ -49,8 +49,8 @@ func splitUser(u string) (user, token string) {
 }
 
 func (h *APIHandler) task(q *request) (*kube.Task, *apiError) {
-	node := q.r.PathValue("node")
-	t, err := q.c.Tasks.Get(q.ctx(), q.r.PathValue("upid"))
+	node := q.pathValue("node")
+	t, err := q.c.Tasks.Get(q.ctx(), q.pathValue("upid"))
 	if errors.Is(err, kube.ErrNoSuchTask) || (err == nil && t.UPID.Node != node) {
 		return nil, paramErr("upid", "no such task")
 	}

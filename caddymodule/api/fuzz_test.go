@@ -40,7 +40,7 @@ func handlerForFuzz(t testing.TB) *APIHandler {
 		h.logger = zap.NewNop()
 		h.metrics, _ = newAPIMetrics(nil)
 		h.cluster = c
-		h.mux = h.routes()
+		h.router = h.routes()
 		fuzzHandler = h
 	})
 	return fuzzHandler

@@ -99,7 +99,8 @@ type APIHandler struct {
 	history *prom.History // nil without Prometheus
 	auth    *authenticator
 	perms   *permissions
-	mux     *http.ServeMux
+	router  *router
+	rows    *guestRows // vmRows of cluster, once provisioned
 	logger  *zap.Logger
 	metrics *apiMetrics
 	delay   time.Duration
@@ -188,7 +189,8 @@ func (h *APIHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.cluster, h.history = b.cluster, b.history
-	h.mux = h.routes()
+	h.rows = h.vmRows(h.cluster)
+	h.router = h.routes()
 	return nil
 }
 
@@ -263,37 +265,52 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cadd
 			writeError(w, r, newError(http.StatusInternalServerError, "internal error (incident %s)", hex.EncodeToString(id)))
 		}
 	}()
-	// Routing rewrites the URL: the request is copied with its URL, and
-	// nothing else is changed, so the rest (headers above all) is shared
-	// rather than cloned on every call.
-	r2 := r.WithContext(r.Context())
-	u := *r.URL
-	r2.URL = &u
 	// Routing works on the escaped path, so that an escaped slash stays
 	// inside its segment: bpg sends volume ids as content/local:iso%2Fx.iso.
-	// Most paths are clean and have nothing escaped: they are used as
-	// they are.
+	// Most paths are clean and have nothing escaped: they are used as they
+	// are, and the request is not copied.
 	esc := r.URL.EscapedPath()
-	switch {
-	case cleanPath(esc) && !strings.Contains(esc, "%"):
-		r2.URL.Path, r2.URL.RawPath = esc, esc // what the general case makes of it
-	default:
-		r2.URL.RawPath = cleanAPIPath(esc)
-		if p, err := url.PathUnescape(r2.URL.RawPath); err == nil {
-			r2.URL.Path = p
-		} else {
-			r2.URL.Path, r2.URL.RawPath = cleanAPIPath(r.URL.Path), ""
+	path, raw := r.URL.Path, r.URL.RawPath
+	if !cleanPath(esc) || esc != path {
+		raw = cleanAPIPath(esc)
+		var err error
+		if path, err = url.PathUnescape(raw); err != nil {
+			path, raw = cleanAPIPath(r.URL.Path), ""
+		}
+		esc = (&url.URL{Path: path, RawPath: raw}).EscapedPath()
+	}
+	bound := !isUploadPath(path) && hasBody(r) // an upload's body streams for as long as it takes
+	if path != r.URL.Path || raw != r.URL.RawPath || bound {
+		// Only the URL (and a bounded body) change: the rest, headers above
+		// all, is shared rather than cloned.
+		r2 := r.WithContext(r.Context())
+		u := *r.URL
+		u.Path, u.RawPath = path, raw
+		r2.URL = &u
+		r = r2
+		if bound {
+			boundBody(w, r)
 		}
 	}
-	if !isUploadPath(r2.URL.Path) {
-		boundBody(w, r2) // an upload's body streams for as long as it takes
-	}
-	if p := r2.URL.Path; strings.Contains(p, "/./") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") {
+	if strings.Contains(path, "/./") || strings.Contains(path, "/../") || strings.HasSuffix(path, "/.") || strings.HasSuffix(path, "/..") {
 		// No PVE path has dot segments; ServeMux would answer a redirect.
-		h.notImplemented(w, r2)
+		h.notImplemented(w, r)
 		return nil
 	}
-	h.mux.ServeHTTP(w, r2)
+	rel, _ := strings.CutPrefix(esc, "/api2/json")
+	if rel == "" {
+		rel = "/"
+	}
+	var values pathValues
+	var rt *boundRoute
+	if rel[0] == '/' { // not /api2/json%2F...
+		rt = h.router.match(r.Method, rel, &values)
+	}
+	if rt == nil {
+		h.notImplemented(w, r)
+		return nil
+	}
+	h.serve(rt, &values, w, r)
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"time"
 )
@@ -23,25 +22,20 @@ func (h *APIHandler) staleReads() time.Duration {
 // a write, at once, rather than hang or act on stale state; a read once
 // the caches have stopped following the cluster for longer than
 // staleFor; until then reads are answered from the caches, as they were
-// at that moment. Otherwise it returns the request with a context that
-// ends when an outage starts, so that calls in flight fail fast too; call
-// done when the request ends. Cluster-free routes pass; a session
-// outlives a probe's hiccup.
-func withCluster(q *request, flags routeFlags, staleFor time.Duration) (done func(), e *apiError) {
+// at that moment. Otherwise the request's cluster calls (ctx) are bound
+// to the cluster's health, so that calls in flight fail fast when an
+// outage starts. Cluster-free routes pass; a session outlives a probe's
+// hiccup.
+func withCluster(q *request, flags routeFlags, staleFor time.Duration) *apiError {
 	if flags&clusterFree != 0 || q.c == nil {
-		return func() {}, nil
+		return nil
 	}
 	if since, err := q.c.Stale(); err != nil {
 		read := q.r.Method == http.MethodGet || q.r.Method == http.MethodHead
 		if !read || flags&session != 0 || time.Since(since) >= staleFor {
-			return nil, newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
+			return newError(http.StatusServiceUnavailable, "cluster unavailable: %v", err)
 		}
 	}
-	if flags&session != 0 {
-		return func() {}, nil
-	}
-	var ctx context.Context
-	ctx, done = q.c.BindHealth(q.r.Context())
-	q.r = q.r.WithContext(ctx)
-	return done, nil
+	q.health = flags&session == 0
+	return nil
 }

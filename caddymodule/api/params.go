@@ -199,13 +199,13 @@ func pathWildcards(path string) []string {
 // pve-manager's HTTPServer does: the same value is accepted (bpg sends
 // node and storage with download-url), another one is refused. The copy
 // is dropped; handlers read path parameters from the path.
-func (p params) fromPath(r *http.Request, wildcards []string) *apiError {
-	for _, name := range wildcards {
+func (p params) fromPath(path *pathValues) *apiError {
+	for i, name := range path.names {
 		v, ok := p[name]
 		if !ok {
 			continue
 		}
-		if v != r.PathValue(name) {
+		if v != path.vals[i] {
 			return paramErr(name, "duplicate parameter (already defined in URI) with conflicting values!")
 		}
 		delete(p, name)

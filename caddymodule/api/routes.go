@@ -25,11 +25,50 @@ type request struct {
 	// reviewed are the accesses already asked of the apiserver for this
 	// request.
 	reviewed map[kube.Access]bool
+	// path holds the values of the route's wildcards (pathValue).
+	path *pathValues
 	// vm is the path's {vmid}, once resolved (see pathVM).
 	vm *pathVM
+
+	// context is what ctx returns, made on its first call (ready) from
+	// the client's: bound to the cluster's health when health is set,
+	// limited to requestTimeout when timeout is; cancel and unbind end
+	// those.
+	context         context.Context
+	ready           bool
+	health, timeout bool
+	cancel, unbind  context.CancelFunc
 }
 
-func (q *request) ctx() context.Context { return q.r.Context() }
+// ctx is the context of the request's cluster calls: the client's, bound
+// to the cluster's health (withCluster) and limited to the request
+// timeout, both on first use: most reads are answered from the caches
+// and never ask, and pay for neither.
+func (q *request) ctx() context.Context {
+	if !q.ready {
+		q.ready = true
+		if q.health {
+			q.context, q.unbind = q.c.BindHealth(q.context)
+		}
+		if q.timeout {
+			q.context, q.cancel = context.WithTimeout(q.context, requestTimeout)
+		}
+	}
+	return q.context
+}
+
+// pathValue is the value of the path's {name}, unescaped.
+func (q *request) pathValue(name string) string { return q.path.get(name) }
+
+// end releases the request's context.
+func (q *request) end() {
+	if q.cancel != nil {
+		q.cancel()
+	}
+	if q.unbind != nil {
+		q.unbind()
+	}
+}
 
 // pathVM is the VM a path's {vmid} names.
 type pathVM struct {
@@ -45,7 +84,7 @@ type pathVM struct {
 func (q *request) pathVM() *pathVM {
 	if q.vm == nil {
 		v := &pathVM{}
-		v.id, v.idErr = translate.ParseVMID(q.r.PathValue("vmid"))
+		v.id, v.idErr = translate.ParseVMID(q.pathValue("vmid"))
 		if v.idErr == nil {
 			v.g, v.err = q.c.Guest(v.id)
 		}
@@ -105,67 +144,59 @@ const requestTimeout = 20 * time.Second
 
 // serve answers one route: parameters, authentication, the cluster's
 // health, the caller's identity and privileges, then the endpoint.
-func (h *APIHandler) serve(rt route) http.HandlerFunc {
-	wildcards := pathWildcards(rt.path)
-	return func(w http.ResponseWriter, r *http.Request) {
-		// Every call is bounded: a hung apiserver makes a 503, never a
-		// request that hangs with it.
-		if rt.flags&(session|streamed) == 0 {
-			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-			defer cancel()
-			r = r.WithContext(ctx)
-		}
-		p, perr := parseParams(r)
-		if perr == nil {
-			perr = p.fromPath(r, wildcards)
-		}
-		if perr != nil {
-			writeError(w, r, perr)
+func (h *APIHandler) serve(rt *boundRoute, path *pathValues, w http.ResponseWriter, r *http.Request) {
+	p, perr := parseParams(r)
+	if perr == nil {
+		perr = p.fromPath(path)
+	}
+	if perr != nil {
+		writeError(w, r, perr)
+		return
+	}
+	// Every cluster call is bounded (ctx): a hung apiserver makes a 503,
+	// never a request that hangs with it. Sessions and uploads last as
+	// long as they take.
+	q := &request{r: r, w: w, p: p, path: path, c: h.cluster, context: r.Context(), timeout: rt.flags&(session|streamed) == 0}
+	defer q.end()
+	if rt.flags&public == 0 {
+		id, aerr := h.auth.authenticate(r)
+		if aerr != nil {
+			h.failAuth(w, r, aerr)
 			return
 		}
-		q := &request{r: r, w: w, p: p, c: h.cluster}
-		if rt.flags&public == 0 {
-			id, aerr := h.auth.authenticate(r)
-			if aerr != nil {
-				h.failAuth(w, r, aerr)
-				return
-			}
-			q.id = id
-		}
-		// During an outage answer 503 at once, before any access review.
-		done, e := withCluster(q, rt.flags, h.staleReads())
-		if e != nil {
-			writeError(w, r, e)
-			return
-		}
-		defer done()
-		if rt.flags&public == 0 {
-			if e := h.admit(q, rt.needs); e != nil {
-				writeError(w, q.r, e)
-				return
-			}
-		}
-		data, e := rt.serve(q)
-		switch {
-		case e != nil && e.authFailed:
-			h.failAuth(w, q.r, e)
-		case e != nil:
-			if e.kubeDenied && len(q.checks) > 0 {
-				// Kubernetes refused the impersonated call: its RBAC is finer
-				// than the review or changed since.
-				h.logger.Info("kubernetes refused the caller", zap.String("user", q.id.ID()), zap.String("detail", e.Message))
-				e = permErr(vmCheck(q.checks))
-			}
+		q.id = id
+	}
+	// During an outage answer 503 at once, before any access review.
+	if e := withCluster(q, rt.flags, h.staleReads()); e != nil {
+		writeError(w, r, e)
+		return
+	}
+	if rt.flags&public == 0 {
+		if e := h.admit(q, rt.needs); e != nil {
 			writeError(w, q.r, e)
-		case rt.flags&session != 0:
-			// The session answered on the connection it took over.
-		default:
-			if res, ok := data.(result); ok {
-				writeData(w, res.data, res.extra)
-				return
-			}
-			writeData(w, data, nil)
+			return
 		}
+	}
+	data, e := rt.serve(q)
+	switch {
+	case e != nil && e.authFailed:
+		h.failAuth(w, q.r, e)
+	case e != nil:
+		if e.kubeDenied && len(q.checks) > 0 {
+			// Kubernetes refused the impersonated call: its RBAC is finer
+			// than the review or changed since.
+			h.logger.Info("kubernetes refused the caller", zap.String("user", q.id.ID()), zap.String("detail", e.Message))
+			e = permErr(vmCheck(q.checks))
+		}
+		writeError(w, q.r, e)
+	case rt.flags&session != 0:
+		// The session answered on the connection it took over.
+	default:
+		if res, ok := data.(result); ok {
+			writeData(w, res.data, res.extra)
+			return
+		}
+		writeData(w, data, nil)
 	}
 }
 
@@ -328,18 +359,5 @@ func (h *APIHandler) routeTable() []route {
 	}
 }
 
-// routes builds the mux over the route table; paths not in it are
-// answered as pveproxy answers them.
-func (h *APIHandler) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/api2/json/", h.notImplemented)
-	mux.HandleFunc("/api2/json", h.notImplemented)
-	for _, rt := range h.routeTable() {
-		path := rt.path
-		if path == "/" {
-			path = "" // paths arrive cleaned: the root is "/api2/json" exactly
-		}
-		mux.Handle(rt.method+" /api2/json"+path, h.serve(rt))
-	}
-	return mux
-}
+// routes builds the router over the route table.
+func (h *APIHandler) routes() *router { return newRouter(h.routeTable()) }

@@ -76,6 +76,17 @@ type guestRow struct {
 	// resourceNoPool is the resource row for callers who may not see the
 	// VM's pool (PVE leaves the pool out for them).
 	resource, resourceNoPool, status, current atomic.Pointer[encodedRow]
+	// checked is the inputsStamp at which in was last found current.
+	checked atomic.Uint64
+}
+
+// sameObjects tells whether g is the VM and instance the row was made of,
+// at the same versions (a new instance has a new one): checked apart from
+// the other inputs, so that a row is never served for an object the
+// cache has moved past, even before the change is counted.
+func (row *guestRow) sameObjects(g kube.Guest) bool {
+	o := row.in.objects
+	return o.vmid == g.VMID && o.node == g.Node && o.vmRV == g.ResourceVersion() && o.vmiRV == g.InstanceVersion()
 }
 
 // encodedRow is a row's JSON with the uptime value cut out.
@@ -87,6 +98,9 @@ type rowsKey struct{ defaultPool, defaultNamespace string }
 
 // vmRows is the row cache for the handler's cluster and pool settings.
 func (h *APIHandler) vmRows(c *kube.Cluster) *guestRows {
+	if c == h.cluster && h.rows != nil {
+		return h.rows
+	}
 	k := rowsKey{h.DefaultPool, h.defaultNamespace()}
 	return c.Memo(k, func() any { return &guestRows{poolOf: h.guestPool} }).(*guestRows)
 }
@@ -102,16 +116,38 @@ func (r *guestRows) inputs(c *kube.Cluster, g kube.Guest) rowInputs {
 	return in
 }
 
-// row returns g's row, built anew only when its inputs changed.
+// inputsStamp changes whenever any row's inputs may have: a VM, an
+// instance, a node, a pool, a snapshot, a migration (GuestsVersion) or a
+// usage reading (MetricsVersion). Both only grow, so their sum changes
+// with either.
+func inputsStamp(c *kube.Cluster) uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.GuestsVersion() + c.MetricsVersion()
+}
+
+// row returns g's row, built anew only when its inputs changed. A row
+// checked since the last change anywhere is returned as it is, so that
+// status/current, the hottest call, pays for the pool, usage and lock
+// lookups only after a change.
 func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
-	in := r.inputs(c, g)
+	// The stamp is read before the inputs: a change while they are read
+	// leaves the row's stamp behind it, and the next call checks again.
+	stamp := inputsStamp(c)
 	key := g.UID()
 	v, _ := r.byKey.Load(key)
 	prev, _ := v.(*guestRow)
+	if prev != nil && c != nil && prev.checked.Load() == stamp && prev.sameObjects(g) {
+		return prev
+	}
+	in := r.inputs(c, g)
 	if prev != nil && prev.in == in {
+		prev.checked.Store(stamp)
 		return prev
 	}
 	row := buildRow(g, in, prev)
+	row.checked.Store(stamp)
 	r.byKey.Store(key, row)
 	if r.built.Add(1)%4096 == 0 {
 		r.prune(c)

@@ -74,7 +74,7 @@ func newRowsEnv(t *testing.T, poll time.Duration, opts ...func(*kubevirtsim.Fake
 		t.Fatal(err)
 	}
 	h.metrics, _ = newAPIMetrics(nil)
-	h.mux = h.routes()
+	h.router = h.routes()
 	e.h = h
 	e.waitUsage(1)
 	return e
