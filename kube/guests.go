@@ -30,6 +30,7 @@ type Guest struct {
 	vm   *packedVM  // nil for a Guest made of a whole VM (GuestOf, WithVM)
 	vmi  *packedVMI // nil when no instance exists
 	full *guestFull
+	key  string // the cache's namespace/name, when read from it
 }
 
 // guestFull holds the whole objects once decoded; Guest copies share it.
@@ -159,6 +160,15 @@ func (g Guest) UID() types.UID { return g.objectMeta().GetUID() }
 // ResourceVersion is the VM's resourceVersion as cached.
 func (g Guest) ResourceVersion() string { return g.objectMeta().GetResourceVersion() }
 
+// Key is the VM's namespace/name, as the caches key it: shared with the
+// cache for a Guest read from it, made otherwise.
+func (g Guest) Key() string {
+	if g.key != "" {
+		return g.key
+	}
+	return g.Namespace() + "/" + g.Name()
+}
+
 // InstanceVersion is the instance's resourceVersion as cached, "" when
 // no instance exists; unlike InstanceMeta it makes nothing.
 func (g Guest) InstanceVersion() string {
@@ -274,7 +284,7 @@ func (c *Cluster) guest(id int, vm *packedVM, nt *nodeTable) Guest {
 
 // guestAt is guest of the VM cached under key: its instance has the same.
 func (c *Cluster) guestAt(id int, key string, vm *packedVM, nt *nodeTable) Guest {
-	g := Guest{VMID: id, vm: vm, full: &guestFull{}}
+	g := Guest{VMID: id, vm: vm, full: &guestFull{}, key: key}
 	g.vmi, _ = c.vmis.getKey(key).(*packedVMI)
 	if recorded := vm.annotation(translate.AnnotationNode); recorded != "" {
 		g.Node = recorded

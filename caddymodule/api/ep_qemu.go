@@ -33,6 +33,8 @@ func (h *APIHandler) guest(q *request) (kube.Guest, *apiError) {
 	switch {
 	case v.idErr != nil:
 		return kube.Guest{}, paramErr("vmid", "%v", v.idErr)
+	case v.err == nil && v.g.Node == n.Name:
+		return v.g, nil
 	case errors.As(v.err, &amb):
 		return kube.Guest{}, paramErr("vmid", "%v", amb)
 	case v.err != nil, v.g.Node != n.Name:

@@ -301,16 +301,16 @@ func (h *APIHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cadd
 	if rel == "" {
 		rel = "/"
 	}
-	var values pathValues
+	q := &request{r: r, w: w}
 	var rt *boundRoute
 	if rel[0] == '/' { // not /api2/json%2F...
-		rt = h.router.match(r.Method, rel, &values)
+		rt = h.router.match(r.Method, rel, &q.path)
 	}
 	if rt == nil {
 		h.notImplemented(w, r)
 		return nil
 	}
-	h.serve(rt, &values, w, r)
+	h.serve(rt, q)
 	return nil
 }
 

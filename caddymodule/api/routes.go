@@ -26,9 +26,10 @@ type request struct {
 	// request.
 	reviewed map[kube.Access]bool
 	// path holds the values of the route's wildcards (pathValue).
-	path *pathValues
-	// vm is the path's {vmid}, once resolved (see pathVM).
-	vm *pathVM
+	path pathValues
+	// vm is the path's {vmid} once resolved (vmResolved; see pathVM).
+	vm         pathVM
+	vmResolved bool
 
 	// context is what ctx returns, made on its first call (ready) from
 	// the client's: bound to the cluster's health when health is set,
@@ -82,15 +83,15 @@ type pathVM struct {
 // permission check and the endpoint act on the same VM and pay for one
 // lookup.
 func (q *request) pathVM() *pathVM {
-	if q.vm == nil {
-		v := &pathVM{}
+	if !q.vmResolved {
+		q.vmResolved = true
+		v := &q.vm
 		v.id, v.idErr = translate.ParseVMID(q.pathValue("vmid"))
 		if v.idErr == nil {
 			v.g, v.err = q.c.Guest(v.id)
 		}
-		q.vm = v
 	}
-	return q.vm
+	return &q.vm
 }
 
 // result is an endpoint's answer: data plus optional top-level keys.
@@ -144,10 +145,11 @@ const requestTimeout = 20 * time.Second
 
 // serve answers one route: parameters, authentication, the cluster's
 // health, the caller's identity and privileges, then the endpoint.
-func (h *APIHandler) serve(rt *boundRoute, path *pathValues, w http.ResponseWriter, r *http.Request) {
+func (h *APIHandler) serve(rt *boundRoute, q *request) {
+	w, r := q.w, q.r
 	p, perr := parseParams(r)
 	if perr == nil {
-		perr = p.fromPath(path)
+		perr = p.fromPath(&q.path)
 	}
 	if perr != nil {
 		writeError(w, r, perr)
@@ -156,7 +158,7 @@ func (h *APIHandler) serve(rt *boundRoute, path *pathValues, w http.ResponseWrit
 	// Every cluster call is bounded (ctx): a hung apiserver makes a 503,
 	// never a request that hangs with it. Sessions and uploads last as
 	// long as they take.
-	q := &request{r: r, w: w, p: p, path: path, c: h.cluster, context: r.Context(), timeout: rt.flags&(session|streamed) == 0}
+	q.p, q.c, q.context, q.timeout = p, h.cluster, r.Context(), rt.flags&(session|streamed) == 0
 	defer q.end()
 	if rt.flags&public == 0 {
 		id, aerr := h.auth.authenticate(r)

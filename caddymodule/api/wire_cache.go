@@ -26,7 +26,7 @@ type guestRows struct {
 
 	mu    sync.Mutex // serialises rebuilds of the list
 	list  atomic.Pointer[rowList]
-	byKey sync.Map // the VM's UID -> *guestRow
+	byKey sync.Map // the VM's namespace/name (Guest.Key) -> *guestRow
 	// built counts rows built outside a list rebuild; many of them prune
 	// rows of VMs that are gone.
 	built atomic.Int64
@@ -135,7 +135,7 @@ func (r *guestRows) row(c *kube.Cluster, g kube.Guest) *guestRow {
 	// The stamp is read before the inputs: a change while they are read
 	// leaves the row's stamp behind it, and the next call checks again.
 	stamp := inputsStamp(c)
-	key := g.UID()
+	key := g.Key()
 	v, _ := r.byKey.Load(key)
 	prev, _ := v.(*guestRow)
 	if prev != nil && c != nil && prev.checked.Load() == stamp && prev.sameObjects(g) {
@@ -193,9 +193,9 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 	}
 	guests := c.Guests()
 	l := &rowList{c: c, guests: gv, metrics: mv, rows: make([]*guestRow, len(guests))}
-	seen := make(map[types.UID]bool, len(guests))
+	seen := make(map[string]bool, len(guests))
 	for i, g := range guests {
-		key := g.UID()
+		key := g.Key()
 		seen[key] = true
 		in := r.inputs(c, g)
 		v, _ := r.byKey.Load(key)
@@ -208,7 +208,7 @@ func (r *guestRows) rows(c *kube.Cluster) []*guestRow {
 		r.byKey.Store(key, l.rows[i])
 	}
 	r.byKey.Range(func(k, _ any) bool {
-		if !seen[k.(types.UID)] {
+		if !seen[k.(string)] {
 			r.byKey.Delete(k)
 		}
 		return true
