@@ -59,44 +59,56 @@ var endpoints = []endpoint{
 type server struct {
 	base   string
 	client *http.Client
+	// respond and file are the bases of respond's server of each
+	// endpoint and of file_server's (see config).
+	respond map[string]string
+	file    string
 }
 
 // filesDir holds the answers file_server sends (under file/).
 var filesDir string
 
-func config(port int, n int, static map[string][]byte) []byte {
-	routes := []any{}
-	for path, body := range static {
-		routes = append(routes, map[string]any{
-			"match":  []any{map[string]any{"path": []string{path}}},
-			"handle": []any{map[string]any{"handler": "static_response", "body": string(body), "headers": map[string][]string{"Content-Type": {"application/json;charset=UTF-8"}}}},
+// listener is a Caddy server on port of its own, serving one route,
+// matched by nothing.
+func listener(port int, handle ...any) map[string]any {
+	return map[string]any{
+		"listen": []string{"127.0.0.1:" + strconv.Itoa(port)}, "protocols": []string{"h1"},
+		"automatic_https": map[string]any{"disable": true}, "routes": []any{map[string]any{"handle": handle}},
+	}
+}
+
+// config is the API on ports["api"] and, for each answer in static,
+// respond sending it on ports[name], and file_server on ports["file"].
+// Each has a server of its own with one route and no matcher: every
+// request runs through Caddy alike, and no side pays for matching the
+// other's routes.
+func config(ports map[string]int, n int, static map[string][]byte) []byte {
+	servers := map[string]any{
+		"api": listener(ports["api"], map[string]any{
+			"handler": "proxmox_api", "simulate": true, "simulate_vms": n,
+			"tokens": []any{
+				map[string]string{"id": adminToken, "secret": secret},
+				map[string]string{"id": auditorToken, "secret": secret},
+			},
+			"identities":         []any{map[string]any{"id": "auditor@pve", "roles": []any{map[string]string{"path": "/", "role": "PVEAuditor"}}}},
+			"auth_failure_delay": 0,
+		}),
+	}
+	for name, body := range static {
+		servers["respond-"+name] = listener(ports[name], map[string]any{
+			"handler": "static_response", "body": string(body), "headers": map[string][]string{"Content-Type": {"application/json;charset=UTF-8"}},
 		})
 	}
 	if len(static) > 0 {
-		routes = append(routes, map[string]any{
-			"match": []any{map[string]any{"path": []string{"/file/*"}}},
-			"handle": []any{
-				map[string]any{"handler": "headers", "response": map[string]any{"set": map[string][]string{"Content-Type": {"application/json;charset=UTF-8"}}}},
-				map[string]any{"handler": "file_server", "root": filesDir},
-			},
-		})
+		servers["file"] = listener(ports["file"],
+			map[string]any{"handler": "headers", "response": map[string]any{"set": map[string][]string{"Content-Type": {"application/json;charset=UTF-8"}}}},
+			map[string]any{"handler": "file_server", "root": filesDir},
+		)
 	}
-	routes = append(routes, map[string]any{"handle": []any{map[string]any{
-		"handler": "proxmox_api", "simulate": true, "simulate_vms": n,
-		"tokens": []any{
-			map[string]string{"id": adminToken, "secret": secret},
-			map[string]string{"id": auditorToken, "secret": secret},
-		},
-		"identities":         []any{map[string]any{"id": "auditor@pve", "roles": []any{map[string]string{"path": "/", "role": "PVEAuditor"}}}},
-		"auth_failure_delay": 0,
-	}}})
 	cfg := map[string]any{
 		"admin":   map[string]any{"disabled": true},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}},
-		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"bench": map[string]any{
-			"listen": []string{"127.0.0.1:" + strconv.Itoa(port)}, "protocols": []string{"h1"},
-			"automatic_https": map[string]any{"disable": true}, "routes": routes,
-		}}}},
+		"apps":    map[string]any{"http": map[string]any{"servers": servers}},
 	}
 	buf, _ := json.Marshal(cfg)
 	return buf
@@ -105,7 +117,7 @@ func config(port int, n int, static map[string][]byte) []byte {
 var (
 	mu      sync.Mutex
 	current = map[int]*server{}
-	port    int
+	ports   map[string]int
 )
 
 // start runs Caddy with n VMs and a respond route per endpoint carrying
@@ -116,13 +128,17 @@ func start(b *testing.B, n int) *server {
 	if s := current[n]; s != nil {
 		return s
 	}
-	if port == 0 {
-		port = testcaddy.FreePort(b)
+	if ports == nil {
+		ports = map[string]int{"api": testcaddy.FreePort(b), "file": testcaddy.FreePort(b)}
+		for _, e := range endpoints {
+			ports[e.name] = testcaddy.FreePort(b)
+		}
 	}
-	if err := caddy.Load(config(port, n, nil), true); err != nil {
+	if err := caddy.Load(config(ports, n, nil), true); err != nil {
 		b.Fatal(err)
 	}
-	s := &server{base: "http://127.0.0.1:" + strconv.Itoa(port), client: benchload.Client(8)}
+	at := func(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }
+	s := &server{base: at(ports["api"]), client: benchload.Client(8), respond: map[string]string{}, file: at(ports["file"])}
 	waitVMs(b, s, n)
 	// The simulated controller looks at every VM once when it starts;
 	// measure after it has gone quiet.
@@ -140,12 +156,13 @@ func start(b *testing.B, n int) *server {
 	}
 	for _, e := range endpoints {
 		body := s.get(b, e.path, e.token)
-		static["/respond/"+e.name] = body
+		static[e.name] = body
+		s.respond[e.name] = at(ports[e.name])
 		if err := os.WriteFile(filesDir+"/file/"+e.name, body, 0o600); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if err := caddy.Load(config(port, n, static), true); err != nil {
+	if err := caddy.Load(config(ports, n, static), true); err != nil {
 		b.Fatal(err)
 	}
 	current = map[int]*server{n: s}
@@ -228,9 +245,10 @@ func BenchmarkAPI(b *testing.B) {
 		for _, e := range endpoints {
 			b.Run(fmt.Sprintf("vms=%d/%s", n, e.name), func(b *testing.B) {
 				s := start(b, n)
+				// Every side gets the same request headers.
 				api := benchload.Target{URL: s.base + e.path, Header: auth(e.token)}
-				respond := benchload.Target{URL: s.base + "/respond/" + e.name}
-				file := benchload.Target{URL: s.base + "/file/" + e.name}
+				respond := benchload.Target{URL: s.respond[e.name] + e.path, Header: auth(e.token)}
+				file := benchload.Target{URL: s.file + "/file/" + e.name, Header: auth(e.token)}
 				rounds, round := side()
 				for i := 0; i < b.N; i++ {
 					res, err := benchload.Alternate(s.client, 4, rounds, round, api, respond, file)
