@@ -472,6 +472,7 @@ type plugin struct {
 	base, admin     string
 	kubeconfig, dir string
 	port, adminPort int
+	respondPorts    map[string]int // respond's servers, by answer (measure's paths)
 	ready           time.Duration
 	cpuAtReady      time.Duration // the process's CPU time (user and system) then
 	client          *http.Client
@@ -492,30 +493,38 @@ func (p *plugin) stop() {
 	}
 }
 
+// config serves the API and, for each answer in static, respond sending
+// it from a Caddy server of its own (respondPorts): each has one route
+// and no matcher, so that no side pays for matching the other's routes.
 func (p *plugin) config(static map[string][]byte) []byte {
-	routes := []any{}
-	for k, body := range static {
-		routes = append(routes, map[string]any{
-			"match":  []any{map[string]any{"path": []string{"/respond/" + k}}},
-			"handle": []any{map[string]any{"handler": "static_response", "body": string(body), "headers": map[string][]string{"Content-Type": {"application/json;charset=UTF-8"}}}},
-		})
+	listener := func(port int, handler map[string]any) map[string]any {
+		return map[string]any{
+			"listen": []string{"127.0.0.1:" + strconv.Itoa(port)}, "protocols": []string{"h1"},
+			"automatic_https": map[string]any{"disable": true}, "routes": []any{map[string]any{"handle": []any{handler}}},
+		}
 	}
-	routes = append(routes, map[string]any{"handle": []any{map[string]any{
+	servers := map[string]any{"scale": listener(p.port, map[string]any{
 		"handler": "proxmox_api", "kubeconfig": p.kubeconfig, "sync_timeout": "10m",
 		"tokens": []any{map[string]string{"id": tokenID, "secret": secret}}, "auth_failure_delay": 0,
-	}}})
+	})}
+	for k, body := range static {
+		servers["respond-"+k] = listener(p.respondPort(k), map[string]any{
+			"handler": "static_response", "body": string(body), "headers": map[string][]string{"Content-Type": {"application/json;charset=UTF-8"}},
+		})
+	}
 	cfg := map[string]any{
 		"admin":   map[string]any{"listen": "127.0.0.1:" + strconv.Itoa(p.adminPort)},
 		"storage": map[string]any{"module": "file_system", "root": p.dir},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "WARN"}}},
-		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"scale": map[string]any{
-			"listen": []string{"127.0.0.1:" + strconv.Itoa(p.port)}, "protocols": []string{"h1"},
-			"automatic_https": map[string]any{"disable": true}, "routes": routes,
-		}}}},
+		"apps":    map[string]any{"http": map[string]any{"servers": servers}},
 	}
 	buf, _ := json.Marshal(cfg)
 	return buf
 }
+
+// respondPort is the port of respond's server for answer k (see
+// respondPorts).
+func (p *plugin) respondPort(k string) int { return p.respondPorts[k] }
 
 // startPlugin runs bin (./caddy) and returns once it answers
 // /cluster/resources with every VM, timing that from the process's start.
@@ -527,7 +536,8 @@ func startPlugin(b *testing.B, bin, kubeconfig string, n int) *plugin {
 // once the process runs, with its admin address.
 func startPluginThen(b *testing.B, bin, kubeconfig string, n int, during func(admin string)) *plugin {
 	p := &plugin{kubeconfig: kubeconfig, dir: b.TempDir(), port: testcaddy.FreePort(b), adminPort: testcaddy.FreePort(b),
-		client: benchload.Client(8), out: &bytes.Buffer{}, exited: make(chan struct{})}
+		respondPorts: map[string]int{"resources": testcaddy.FreePort(b), "status": testcaddy.FreePort(b)},
+		client:       benchload.Client(8), out: &bytes.Buffer{}, exited: make(chan struct{})}
 	p.base, p.admin = "http://127.0.0.1:"+strconv.Itoa(p.port), "http://127.0.0.1:"+strconv.Itoa(p.adminPort)
 	file := filepath.Join(p.dir, "caddy.json")
 	if err := os.WriteFile(file, p.config(nil), 0o600); err != nil {
@@ -647,7 +657,8 @@ func measure(p *plugin, paths map[string]string, side time.Duration) (map[string
 	round := 250 * time.Millisecond
 	for k, path := range paths {
 		res, err := benchload.Alternate(p.client, 4, max(2, int(side/round)), round,
-			benchload.Target{URL: p.base + path, Header: p.auth()}, benchload.Target{URL: p.base + "/respond/" + k})
+			benchload.Target{URL: p.base + path, Header: p.auth()},
+			benchload.Target{URL: "http://127.0.0.1:" + strconv.Itoa(p.respondPort(k)) + path, Header: p.auth()})
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", k, err)
 		}
