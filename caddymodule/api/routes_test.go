@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -59,15 +60,7 @@ func TestRouteTableDeclaresEveryNeed(t *testing.T) {
 // route: pveproxy answers those 501, as the router's miss does.
 func TestRouterMatchesServeMux(t *testing.T) {
 	routes := new(APIHandler).routeTable()
-	mux := http.NewServeMux()
-	for _, rt := range routes {
-		p := rt.path
-		if p == "/" {
-			p = ""
-		}
-		mux.Handle(rt.method+" /api2/json"+p, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	}
-	rr := newRouter(routes)
+	mux, rr := routeMux(routes), newRouter(routes)
 	fills := []string{"x", "100", "local:iso%2Fx.iso", "a%20b", "current", "status", "config", "%7Bvmid%7D", "a.b"}
 	var paths []string
 	for _, rt := range routes {
@@ -86,63 +79,14 @@ func TestRouterMatchesServeMux(t *testing.T) {
 		}
 	}
 	paths = append(paths, "/", "/nodes/n/qemu/100/status/current/x", "/nodes/n/storage/s/content", "/pools/a%2Fb", "/cluster/ha/status/current")
-	methods := []string{"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}
 	checked := 0
 	for _, p := range paths {
 		if p == "" {
 			p = "/"
 		}
-		full := "/api2/json" + p
-		if p == "/" {
-			full = "/api2/json"
-		}
-		u, err := url.Parse("http://x" + full)
-		if err != nil {
-			continue
-		}
-		for _, m := range methods {
-			req := &http.Request{Method: m, URL: u, Host: "x"}
-			handler, pattern := mux.Handler(req)
-			if pattern != "" {
-				// ServeMux redirects /content to the /content/ of a
-				// {volume...} route; PVE has no redirects: no route.
-				rec := httptest.NewRecorder()
-				handler.ServeHTTP(rec, req)
-				if rec.Code == http.StatusMovedPermanently || rec.Code == http.StatusTemporaryRedirect {
-					pattern = ""
-				}
-			}
-			var v pathValues
-			b := rr.match(m, p, &v)
-			got := ""
-			if b != nil {
-				got = b.method + " /api2/json" + strings.TrimSuffix(b.path, "/")
-				if b.path == "/" {
-					got = b.method + " /api2/json"
-				}
-			}
-			if got != pattern {
-				t.Errorf("%s %s: router picks %q, ServeMux %q", m, full, got, pattern)
-				continue
-			}
-			if b == nil {
-				continue
-			}
-			// ServeMux fills the values when it serves: ask it through a
-			// handler of its own per route.
-			vm := http.NewServeMux()
-			var want map[string]string
-			vm.HandleFunc(pattern, func(_ http.ResponseWriter, r *http.Request) {
-				want = map[string]string{}
-				for _, n := range b.wildcards {
-					want[n] = r.PathValue(n)
-				}
-			})
-			vm.ServeHTTP(httptest.NewRecorder(), req)
-			for _, n := range b.wildcards {
-				if v.get(n) != want[n] {
-					t.Errorf("%s %s: {%s} is %q, ServeMux says %q", m, full, n, v.get(n), want[n])
-				}
+		for _, m := range routeMethods {
+			if err := sameRoute(mux, rr, m, p); err != "" {
+				t.Error(err)
 			}
 			checked++
 		}
@@ -150,4 +94,98 @@ func TestRouterMatchesServeMux(t *testing.T) {
 	if checked < 500 {
 		t.Errorf("only %d matches compared", checked)
 	}
+}
+
+// FuzzRouterMatchesServeMux is TestRouterMatchesServeMux on any clean
+// path: the router and ServeMux agree on the route and its values.
+func FuzzRouterMatchesServeMux(f *testing.F) {
+	for _, s := range []string{"/", "/nodes/n/qemu/100/status/current", "/nodes/n/storage/local/content/local:iso%2Fx.iso", "/pools/a", "/nodes/n/storage/s/content/a/b/c"} {
+		f.Add(uint8(0), s)
+		f.Add(uint8(4), s)
+	}
+	routes := new(APIHandler).routeTable()
+	mux, rr := routeMux(routes), newRouter(routes)
+	f.Fuzz(func(t *testing.T, m uint8, p string) {
+		// What ServeHTTP hands the router: a clean, escaped path without
+		// dot segments.
+		u, err := url.Parse("http://x/api2/json" + p)
+		if err != nil || p == "" || !cleanPath(p) && p != "/" || u.EscapedPath() != "/api2/json"+p || u.RawQuery != "" || u.Fragment != "" {
+			return
+		}
+		for _, seg := range strings.Split(u.Path, "/") {
+			if seg == "." || seg == ".." {
+				return
+			}
+		}
+		if err := sameRoute(mux, rr, routeMethods[int(m)%len(routeMethods)], p); err != "" {
+			t.Error(err)
+		}
+	})
+}
+
+var routeMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}
+
+// routeMux is a ServeMux over routes, as the router registers them.
+func routeMux(routes []route) *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		p := rt.path
+		if p == "/" {
+			p = ""
+		}
+		mux.Handle(rt.method+" /api2/json"+p, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	}
+	return mux
+}
+
+// sameRoute tells how the router and ServeMux differ on method and p
+// (relative to /api2/json, escaped), "" when they agree.
+func sameRoute(mux *http.ServeMux, rr *router, m, p string) string {
+	full := "/api2/json" + p
+	if p == "/" {
+		full = "/api2/json"
+	}
+	u, err := url.Parse("http://x" + full)
+	if err != nil {
+		return ""
+	}
+	req := &http.Request{Method: m, URL: u, Host: "x"}
+	handler, pattern := mux.Handler(req)
+	if pattern != "" {
+		// ServeMux redirects /content to the /content/ of a {volume...}
+		// route; PVE has no redirects: no route.
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		if rec.Code == http.StatusMovedPermanently || rec.Code == http.StatusTemporaryRedirect {
+			pattern = ""
+		}
+	}
+	var v pathValues
+	b := rr.match(m, p, &v)
+	got := ""
+	if b != nil {
+		got = b.method + " /api2/json" + strings.TrimSuffix(b.path, "/")
+	}
+	if got != pattern {
+		return fmt.Sprintf("%s %s: router picks %q, ServeMux %q", m, full, got, pattern)
+	}
+	if b == nil {
+		return ""
+	}
+	// ServeMux fills the values when it serves: ask it through a mux of
+	// this route alone.
+	one := http.NewServeMux()
+	want := map[string]string{}
+	one.HandleFunc(pattern, func(_ http.ResponseWriter, r *http.Request) {
+		for _, n := range b.wildcards {
+			want[n] = r.PathValue(n)
+		}
+	})
+	one.ServeHTTP(httptest.NewRecorder(), req)
+	for _, n := range b.wildcards {
+		if v.get(n) != want[n] {
+			return fmt.Sprintf("%s %s: {%s} is %q, ServeMux says %q", m, full, n, v.get(n), want[n])
+		}
+	}
+	return ""
 }
