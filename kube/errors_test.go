@@ -188,3 +188,21 @@ func TestSnapshotWriteErr(t *testing.T) {
 		}
 	}
 }
+
+// lifecycleBackoff keeps asking for about 5 s, as its comment promises:
+// summed as wait.ExponentialBackoff sleeps (a Cap would cut the steps).
+func TestLifecycleBackoffBudget(t *testing.T) {
+	b := lifecycleBackoff
+	b.Jitter = 0
+	tries, slept := 0, time.Duration(0)
+	for b.Steps > 0 {
+		tries++
+		if b.Steps == 1 {
+			break
+		}
+		slept += b.Step()
+	}
+	if tries < 8 || slept < 4*time.Second || slept > 6*time.Second {
+		t.Errorf("lifecycleBackoff: %d tries over %v, want about 5 s", tries, slept)
+	}
+}

@@ -217,8 +217,9 @@ func (c *Cluster) UnpauseVM(ctx context.Context, g Guest) error {
 
 // lifecycleBackoff spaces the retries of a lifecycle call that lost a race
 // (about 5 s in all: another call's start or stop request is consumed by
-// virt-controller within moments).
-var lifecycleBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 10, Cap: time.Second}
+// virt-controller within moments). It has no Cap because wait.Backoff
+// ends its steps once Cap is reached: with a 1 s Cap it gave up after 2 s.
+var lifecycleBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 9}
 
 // lifecycle makes a virt-api lifecycle call (start, stop, restart) for g,
 // asking again while it loses a race with another change of the VM

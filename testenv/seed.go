@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -123,6 +124,10 @@ func SeedStorage(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Int
 	return nil
 }
 
+// nodeBackoff bounds CreateNodes' retries on conflict at about 17 s (no
+// Cap: wait.Backoff ends its steps once Cap is reached).
+var nodeBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.1, Steps: 15}
+
 // CreateNodes creates nodes with their status, as kubelets register
 // themselves, and lifts the not-ready taint from the Ready ones as the node
 // lifecycle controller would. Existing nodes are left alone.
@@ -139,18 +144,23 @@ func CreateNodes(ctx context.Context, kube kubernetes.Interface, nodes ...*corev
 		if err != nil {
 			return fmt.Errorf("testenv: create Node %s: %w", node.Name, err)
 		}
-		// Node stand-ins may label a new node at once: retry on conflict.
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			created.Status = status
-			updated, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-			if err == nil {
-				return untaintReady(ctx, kube, updated)
-			}
-			if apierrors.IsConflict(err) {
-				if fresh, gerr := kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); gerr == nil {
-					created = fresh
+		// Node stand-ins may label a new node at once, several times, and
+		// on a loaded machine over longer than DefaultRetry's 50 ms.
+		cur := created
+		err = retry.RetryOnConflict(nodeBackoff, func() error {
+			if cur == nil {
+				fresh, err := kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
 				}
+				cur = fresh
 			}
+			cur.Status = status
+			updated, err := kube.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+			if err == nil {
+				err = untaintReady(ctx, kube, updated)
+			}
+			cur = nil // whatever conflicted, the next try starts from the node as it is now
 			return err
 		})
 		if err != nil {
