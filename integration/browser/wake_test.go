@@ -302,7 +302,9 @@ func TestWakeLoadingPageWithoutJavaScript(t *testing.T) {
 // reload during the back-off shows the error page, which retries on its
 // own and shows the site once the cause is gone.
 func TestWakeFailurePage(t *testing.T) {
-	e := newWakeEnv(t, 100*time.Millisecond, 0, "3s 3s")
+	// The back-off is long enough that the reload below lands within it
+	// on a loaded machine too (with 3 s, a slow reload met the next try).
+	e := newWakeEnv(t, 100*time.Millisecond, 0, "8s 8s")
 	e.sim.FailStarts(100, "startup for container '100' failed")
 	ctx := testbrowser.New(t, testbrowser.Options{})
 	target := e.base + "/app"
@@ -310,16 +312,16 @@ func TestWakeFailurePage(t *testing.T) {
 		t.Fatal(err)
 	}
 	views := watch(t, ctx, 10*time.Second, "the failure on the open page", func(v pageView) bool { return v.Failed }, nil)
-	// It counts down to the next try (the 3s back-off), a second at a
+	// It counts down to the next try (the 8s back-off), a second at a
 	// time.
-	counts := watch(t, ctx, 5*time.Second, "the countdown to the next try", func(v pageView) bool { return v.Retry == "Trying again in 2 s" }, nil)
+	counts := watch(t, ctx, 5*time.Second, "the countdown to the next try", func(v pageView) bool { return v.Retry == "Trying again in 7 s" }, nil)
 	var secs []string
 	for _, v := range counts {
 		if len(secs) == 0 || secs[len(secs)-1] != v.Retry {
 			secs = append(secs, v.Retry)
 		}
 	}
-	wantInOrder(t, "countdown", secs, "Trying again in 3 s", "Trying again in 2 s")
+	wantInOrder(t, "countdown", secs, "Trying again in 8 s", "Trying again in 7 s")
 	// The page that was open says so in its heading and tab title too, not
 	// only in its status line: it may wait minutes for the next try.
 	live := views[len(views)-1]
