@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +29,9 @@ import (
 // plugin, kube-apiserver and etcd spent meanwhile, and the plugin's RSS.
 // With SCALE_BASELINE set to other builds of ./caddy (comma-separated),
 // the binaries start in turns, so that a change is compared within one
-// run on a shared machine. SCALE_PROFILE names a folder for a CPU profile of each start
+// run on a shared machine. Before each round, "lists" and "lists raw" are
+// the floor: the big lists alone (listFloor), with gzip as client-go asks
+// by default and without. SCALE_PROFILE names a folder for a CPU profile of each start
 // and of kube-apiserver (Caddy's admin /debug/pprof and kube-apiserver's,
 // SCALE_PROFILE_SECONDS long, default 6).
 //
@@ -59,6 +63,13 @@ func BenchmarkStart(b *testing.B) {
 		fmt.Printf("binaries: %s\n", strings.Join(bins, ", "))
 		ready := map[string][]time.Duration{}
 		for r := 0; r < starts; r++ {
+			for _, gzip := range []bool{true, false} {
+				apiserver := pidIn(env.Dir, "kube-apiserver")
+				a0 := cpuOf(apiserver)
+				took, size := listFloor(b, env, gzip)
+				fmt.Printf("%-10s %3d %9s %11s %11s %9s %8s %6s  %.1f MB\n", map[bool]string{true: "lists", false: "lists raw"}[gzip], r,
+					took.Round(10*time.Millisecond), "", (cpuOf(apiserver) - a0).Round(10*time.Millisecond), "", "", strings.Fields(loadavg())[0], float64(size)/1e6)
+			}
 			for bi, bin := range bins {
 				name := names[bi]
 				var during func(admin string)
@@ -92,6 +103,56 @@ func BenchmarkStart(b *testing.B) {
 			fmt.Printf("median ready, %s: %s\n", name, ds[len(ds)/2].Round(10*time.Millisecond))
 		}
 	}
+}
+
+// floorResources are the lists that make up nearly all of the plugin's
+// start at scale: one object or more per VM each.
+var floorResources = []struct{ group, resource string }{
+	{"/apis/kubevirt.io/v1", "virtualmachines"},
+	{"/apis/kubevirt.io/v1", "virtualmachineinstances"},
+	{"/apis/cdi.kubevirt.io/v1beta1", "datavolumes"},
+	{"/api/v1", "persistentvolumeclaims"},
+}
+
+// listFloor is what the plugin's start cannot beat: the same big lists,
+// made at once by a client that only reads the answers (JSON, the
+// PersistentVolumeClaims as protobuf like the plugin's), with or without
+// gzip. It returns the time until the last answer is read, and the bytes
+// received.
+func listFloor(b *testing.B, env *testenv.Env, gzip bool) (time.Duration, int64) {
+	cfg := restConfigFor(env)
+	cfg.DisableCompression = !gzip
+	cfg.QPS, cfg.Burst = 1000, 1000
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	var size atomic.Int64
+	var wg sync.WaitGroup
+	for _, fr := range floorResources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := rc.Get().AbsPath(fr.group, fr.resource)
+			if fr.resource == "persistentvolumeclaims" {
+				req = req.SetHeader("Accept", "application/vnd.kubernetes.protobuf")
+			}
+			body, err := req.Stream(context.Background())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer body.Close()
+			n, err := io.Copy(io.Discard, body)
+			if err != nil {
+				b.Error(err)
+			}
+			size.Add(n)
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), size.Load()
 }
 
 // profile saves a CPU profile of the process behind admin to file,
