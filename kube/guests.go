@@ -83,6 +83,28 @@ func (g Guest) VMI() *kubevirtv1.VirtualMachineInstance {
 	return g.full.vmi
 }
 
+// Summary is what the VM's rows show of its spec and stored config
+// (translate.SummarizeVM), without decoding: the cache worked it out when
+// it stored this version of the VM.
+func (g Guest) Summary() translate.VMSummary {
+	if g.vm != nil {
+		return g.vm.summary
+	}
+	return translate.SummarizeVM(g.VM())
+}
+
+// InstanceSummary is the instance's translate.InstanceSummary without
+// decoding (the zero one when no instance exists).
+func (g Guest) InstanceSummary() translate.InstanceSummary {
+	if g.vmi != nil {
+		return g.vmi.summary
+	}
+	if g.vm != nil {
+		return translate.InstanceSummary{}
+	}
+	return translate.SummarizeInstance(g.VMI())
+}
+
 // Meta is the VM's metadata and status without decoding: of its spec it
 // has only Running and RunStrategy, of its status what states, locks and
 // tasks read (hotVMStatus: not the volume and snapshot bookkeeping, its

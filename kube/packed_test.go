@@ -46,7 +46,13 @@ func TestPackedObjectsDecodeWhole(t *testing.T) {
 			if _, made := p.meta().Annotations[translate.AnnotationConfig]; !made || translate.StoredConfig(p.full())["name"] == "" {
 				t.Errorf("cached VM %s: the config's key is gone, or its value does not decode", o.Name)
 			}
+			if got, want := p.summary, translate.SummarizeVM(want); got != want || got.CPUs == 0 || got.MaxMem == 0 || got.MaxDisk == 0 || !got.Agent {
+				t.Errorf("cached VM %s summary %+v, want %+v of the whole VM", o.Name, got, want)
+			}
 			g := Guest{VMID: 1, vm: p, full: &guestFull{}}
+			if g.Summary() != p.summary || g.InstanceSummary() != (translate.InstanceSummary{}) {
+				t.Errorf("Guest %s: summaries %+v, %+v", o.Name, g.Summary(), g.InstanceSummary())
+			}
 			if g.Meta().Spec.Template != nil || g.VM().Spec.Template == nil || g.VM() != g.VM() || g.Meta() != g.Meta() || g.Packed().full == g.full {
 				t.Error("Guest: Meta has a template, VM none, or VM or Meta are made anew, or Packed keeps the decoded VM")
 			}
@@ -59,6 +65,9 @@ func TestPackedObjectsDecodeWhole(t *testing.T) {
 			p := mustStrip(t, packingVMIs(vmiCodec), o.DeepCopy()).(*packedVMI)
 			if got := p.full(); !equality.Semantic.DeepEqual(got, want) {
 				t.Errorf("instance %s decodes to\n%+v\nwant\n%+v", o.Name, got.Spec, want.Spec)
+			}
+			if got, want := p.summary, translate.SummarizeInstance(want); got != want || got.Machine == "" || got.Since.IsZero() {
+				t.Errorf("cached instance %s summary %+v, want %+v of the whole instance", o.Name, got, want)
 			}
 			if m := p.meta(); len(m.Spec.Domain.Devices.Disks) != 0 || m.Status.Phase != kubevirtv1.Running || len(m.Status.Conditions) == 0 ||
 				len(m.OwnerReferences) == 0 || m.Status.Interfaces != nil || m.Status.GuestOSInfo.Name != "" || m.UID != o.UID {

@@ -126,33 +126,29 @@ func snapshotLock(c *kube.Cluster, g kube.Guest) string {
 // snapshot lock given.
 func factsWith(g kube.Guest, u kube.Usage, ok bool, lock string, now time.Time) guestFacts {
 	f := objectFacts(g)
-	if f.state.Running() {
-		f.uptime = translate.Uptime(g.VMI(), now)
+	if since := g.InstanceSummary().Since; f.state.Running() && !since.IsZero() {
+		f.uptime = translate.UptimeSince(since, now)
 	}
 	return f.withReading(u, ok, lock)
 }
 
 // objectFacts are the facts only the VM and its instance give: all but
-// the uptime, the usage reading and the snapshot lock. They decode both
-// objects; a row keeps them while the objects' versions stay (guestRows),
-// so that a new usage reading of every running VM rebuilds its rows
-// without decoding a VM.
+// the uptime, the usage reading and the snapshot lock. They decode
+// nothing (the cache summarized both objects when it stored them); a row
+// keeps them while the objects' versions stay (guestRows).
 func objectFacts(g kube.Guest) guestFacts {
-	vm := g.VM()
-	cfg := translate.StoredConfig(vm)
-	f := guestFacts{state: g.State(), tags: cfg["tags"], agent: translate.AgentEnabled(translate.AgentConfig(vm))}
+	s := g.Summary()
+	f := guestFacts{state: g.State(), tags: s.Tags, agent: s.Agent, cpus: s.CPUs, maxmem: s.MaxMem, maxdisk: s.MaxDisk}
 	// A lock recorded at create or clone holds while the volumes are
 	// provisioned, then lifts by itself.
-	if l := vm.Annotations[translate.AnnotationLock]; l != "" && translate.Provisioning(vm) {
-		f.state.Lock = l
+	if s.Lock != "" {
+		f.state.Lock = s.Lock
 	}
-	sockets, cores := translate.CPUTopology(vm)
-	f.cpus = sockets * cores
-	f.maxmem = translate.MemoryBytes(vm)
-	f.maxdisk = maxDisk(g)
-	if f.state.Running() && g.InstanceMeta() != nil {
-		f.pid = translate.PID(g.VMI())
-		f.runningMachine = translate.RunningMachine(g.VMI())
+	if f.state.Running() {
+		if meta := g.InstanceMeta(); meta != nil {
+			f.pid = translate.PID(meta)
+			f.runningMachine = g.InstanceSummary().Machine
+		}
 	}
 	if g.Template() {
 		f.tmpl = 1
@@ -179,17 +175,6 @@ func (f guestFacts) withReading(u kube.Usage, ok bool, lock string) guestFacts {
 	}
 	f.netin, f.netout, f.diskread, f.diskwrite = u.NetIn, u.NetOut, u.DiskRead, u.DiskWrite
 	return f
-}
-
-// maxDisk is the size of the first disk with a known size (PVE reports its
-// boot disk).
-func maxDisk(g kube.Guest) int64 {
-	for _, dv := range g.VM().Spec.DataVolumeTemplates {
-		if n := translate.DataVolumeSize(dv); n > 0 {
-			return n
-		}
-	}
-	return 0
 }
 
 func vmStatus(g kube.Guest, f guestFacts) vmStatusRow {

@@ -166,7 +166,7 @@ func buildRow(g kube.Guest, in rowInputs, prev *guestRow) *guestRow {
 	} else {
 		row.base = objectFacts(g)
 		if row.base.state.Running() {
-			row.since, _ = translate.RunningSince(g.VMI())
+			row.since = g.InstanceSummary().Since
 		}
 	}
 	row.f = row.base.withReading(in.usage, in.hasUsage, in.lock)
