@@ -204,7 +204,7 @@ func importFailure(dv *cdiv1.DataVolume) string {
 	for _, c := range dv.Status.Conditions {
 		// CDI cannot make the claim (a StorageProfile without access or
 		// volume modes, …) and retries for ever.
-		if c.Reason == cdiErrClaimNotValid && c.Status != corev1.ConditionTrue {
+		if claimNotValidForGood(c) {
 			return cmp.Or(c.Message, c.Reason)
 		}
 	}
@@ -225,7 +225,8 @@ func importFailure(dv *cdiv1.DataVolume) string {
 }
 
 // importRetrying is CDI's message while dv reports an error it retries
-// (Running=False, reason Error, and no failure by importFailure), or "".
+// (Running=False, reason Error, and no failure by importFailure; or its
+// StorageProfile not made yet: profileMissing), or "".
 // KubeVirt already shows the VM as DataVolumeError then (pkg/storage/types
 // HasDataVolumeErrors), but the error need not last: a worker pod's first
 // failure is restarted by its kubelet, and CDI's clone populator writes
@@ -236,6 +237,11 @@ func importFailure(dv *cdiv1.DataVolume) string {
 // (clone-controller-base.go updateStatusPhaseForPopulator), and the clone
 // goes on.
 func importRetrying(dv *cdiv1.DataVolume) string {
+	for _, c := range dv.Status.Conditions {
+		if profileMissing(c) {
+			return c.Message
+		}
+	}
 	running, _ := dataVolumeConditions(dv)
 	if running == nil || running.Status != corev1.ConditionFalse || running.Reason != cdiReasonError || importFailure(dv) != "" {
 		return ""

@@ -159,6 +159,24 @@ func (c *Cluster) volumesProvisioned(vm *kubevirtv1.VirtualMachine, state string
 // mode: CDI retries until someone sets them, the VM stays Provisioning.
 const cdiErrClaimNotValid = "ErrClaimNotValid"
 
+// claimNotValidForGood tells whether cond says CDI cannot render a
+// DataVolume's claim until someone acts. A StorageProfile not found is
+// not such a case: CDI's StorageProfile controller makes one for every
+// StorageClass, and the DataVolume controller, which retries meanwhile,
+// renders the claim once it is there (a class just made, or CDI's
+// controller behind: seen on a loaded machine).
+func claimNotValidForGood(cond cdiv1.DataVolumeCondition) bool {
+	return cond.Reason == cdiErrClaimNotValid && cond.Status != corev1.ConditionTrue && !profileMissing(cond)
+}
+
+// profileMissing tells whether cond is CDI's ErrClaimNotValid for a
+// StorageProfile not found (pkg/controller/datavolume/util.go: "cannot
+// get StorageProfile: ... not found").
+func profileMissing(cond cdiv1.DataVolumeCondition) bool {
+	return cond.Reason == cdiErrClaimNotValid && cond.Status != corev1.ConditionTrue &&
+		strings.Contains(cond.Message, "cannot get StorageProfile") && strings.Contains(cond.Message, "not found")
+}
+
 // invalidClaim returns why CDI cannot make the claim of a DataVolume
 // template of vm, or of state, a clone's state copy ("" for none)
 // ("DataVolume name: CDI's message"), or "".
@@ -169,7 +187,7 @@ func (c *Cluster) invalidClaim(vm *kubevirtv1.VirtualMachine, state string) stri
 			continue
 		}
 		for _, cond := range dv.Status.Conditions {
-			if cond.Reason == cdiErrClaimNotValid && cond.Status != corev1.ConditionTrue {
+			if claimNotValidForGood(cond) {
 				return "DataVolume " + name + ": " + cond.Message
 			}
 		}
