@@ -90,6 +90,10 @@ func TestMain(m *testing.M) {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+			if err := realcluster.WaitStorageProfiles(context.Background(), e.DirectKube, e.Dynamic); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
 			// Multus with a second bridge, vmbr1, for the clients' second
 			// NICs (the stand-in controller takes every network as there).
 			if err := realcluster.AddBridgeNetwork(context.Background(), e.Dynamic, "default", "vmbr1"); err != nil {

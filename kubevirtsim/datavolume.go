@@ -1137,3 +1137,11 @@ func claimProperties(provisioner string, want *corev1.PersistentVolumeMode) (cor
 	}
 	return corev1.ReadWriteOnce, corev1.PersistentVolumeFilesystem
 }
+
+// CDIKnowsProvisioner tells whether CDI fills the StorageProfile of a
+// class of provisioner by itself (storageCapabilities, CDI's
+// pkg/storagecapabilities), so that its admin need not.
+func CDIKnowsProvisioner(provisioner string) bool {
+	_, ok := storageCapabilities[provisioner]
+	return ok
+}

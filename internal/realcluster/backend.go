@@ -14,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/caddy-proxmox/caddy-proxmox/kubevirtsim"
 )
 
 // EnvBackend names the backend a test package that runs on both starts
@@ -71,6 +74,37 @@ func SetClaimProperties(ctx context.Context, dyn dynamic.Interface, class string
 	})
 	if err != nil {
 		return fmt.Errorf("StorageProfile %s: CDI did not take the claim properties: %w", class, err)
+	}
+	return nil
+}
+
+// WaitStorageProfiles waits until CDI has filled the StorageProfile of
+// every StorageClass whose provisioner it knows (the claim property sets
+// in its status). Until then CDI's DataVolume controller refuses claims
+// of the class ("cannot get StorageProfile", then "no accessMode
+// specified"): an admin makes the classes long before their VMs, tests
+// just before, and on a loaded machine CDI's StorageProfile controller
+// can be seconds behind.
+func WaitStorageProfiles(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface) error {
+	classes, err := kube.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("StorageClasses: %w", err)
+	}
+	for _, sc := range classes.Items {
+		if !kubevirtsim.CDIKnowsProvisioner(sc.Provisioner) {
+			continue
+		}
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := dyn.Resource(storageProfiles).Get(ctx, sc.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			sets, _, _ := unstructured.NestedSlice(p.Object, "status", "claimPropertySets")
+			return len(sets) > 0, nil
+		})
+		if err != nil {
+			return fmt.Errorf("StorageProfile %s: CDI did not fill it: %w", sc.Name, err)
+		}
 	}
 	return nil
 }

@@ -97,6 +97,9 @@ func SeedLikeSimulation(ctx context.Context, e *testenv.Env) error {
 	if err := testenv.SeedStorage(ctx, e.DirectKube, e.Dynamic, drivers, kubevirtsim.SeedSnapshotClasses()); err != nil {
 		return err
 	}
+	if err := WaitStorageProfiles(ctx, e.DirectKube, e.Dynamic); err != nil {
+		return err
+	}
 	// The lab keeps VMs' EFI/TPM state where it can clone it (the node
 	// stand-ins' host-assisted clones of topolvm claims misbind).
 	if err := e.SetVMStateStorageClass(ctx, kubevirtsim.SeedKubeVirt().Spec.Configuration.VMStateStorageClass); err != nil && !apierrors.IsNotFound(err) {
