@@ -124,9 +124,13 @@ func SeedStorage(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Int
 	return nil
 }
 
-// nodeBackoff bounds CreateNodes' retries on conflict at about 17 s (no
-// Cap: wait.Backoff ends its steps once Cap is reached).
-var nodeBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.1, Steps: 15}
+// ConflictBackoff is how long a test's write retries on conflict with the
+// real controllers of the test cluster: about 17 s. Their first writes to a
+// new object come within half a second on a quiet machine (virt-controller
+// writes a VM with a DataVolume template up to six times), but spread over
+// seconds on a loaded one, and client-go's DefaultRetry gives up after some
+// 50 ms. No Cap: wait.Backoff ends its steps once Cap is reached.
+var ConflictBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.1, Steps: 15}
 
 // CreateNodes creates nodes with their status, as kubelets register
 // themselves, and lifts the not-ready taint from the Ready ones as the node
@@ -147,7 +151,7 @@ func CreateNodes(ctx context.Context, kube kubernetes.Interface, nodes ...*corev
 		// Node stand-ins may label a new node at once, several times, and
 		// on a loaded machine over longer than DefaultRetry's 50 ms.
 		cur := created
-		err = retry.RetryOnConflict(nodeBackoff, func() error {
+		err = retry.RetryOnConflict(ConflictBackoff, func() error {
 			if cur == nil {
 				fresh, err := kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 				if err != nil {

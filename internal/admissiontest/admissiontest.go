@@ -11,18 +11,18 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	virtv1 "kubevirt.io/api/core/v1"
 	snapshotv1 "kubevirt.io/api/snapshot/v1beta1"
 	"kubevirt.io/client-go/kubevirt"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/caddy-proxmox/caddy-proxmox/testenv"
 )
 
 // Cluster is where the table runs.
@@ -152,13 +152,6 @@ var Cases = []Case{
 	{Name: "detach-drops-template", Edit: templateDisk, Update: detach(true)},
 }
 
-// settleBackoff outlasts the controllers' first writes to a new VM: they
-// come within half a second on a quiet machine (virt-controller writes a
-// VM with a DataVolume template up to six times), but can spread over
-// seconds when the machine is loaded, and client-go's DefaultRetry gives up
-// after some 50 ms.
-var settleBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.1, Steps: 15}
-
 // Run writes every case's VM on c and checks the answer, then checks that
 // snapshots and restores are refused with the Snapshot gate off.
 func Run(t *testing.T, c Cluster) {
@@ -188,7 +181,7 @@ func runCase(t *testing.T, c Cluster, tc Case) {
 		t.Fatalf("create before the update: %v", err)
 	}
 	if tc.Lock != nil {
-		if err := retry.RetryOnConflict(settleBackoff, func() error {
+		if err := retry.RetryOnConflict(testenv.ConflictBackoff, func() error {
 			cur, err := vms.Get(ctx, vm.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -202,7 +195,7 @@ func runCase(t *testing.T, c Cluster, tc Case) {
 	}
 	// A conflict is a write of someone else's (the cluster's controllers
 	// keep the VM's status): take the VM again.
-	err = retry.RetryOnConflict(settleBackoff, func() error {
+	err = retry.RetryOnConflict(testenv.ConflictBackoff, func() error {
 		cur, err := vms.Get(ctx, created.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
