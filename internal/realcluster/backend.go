@@ -64,18 +64,23 @@ func SetClaimProperties(ctx context.Context, dyn dynamic.Interface, class string
 		return fmt.Errorf("StorageProfile %s: %w", class, err)
 	}
 	// CDI renders claims from the status, which its controller copies.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := res.Get(ctx, class, metav1.GetOptions{})
+	if err := waitProfileFilled(ctx, dyn, class, time.Minute); err != nil {
+		return fmt.Errorf("StorageProfile %s: CDI did not take the claim properties: %w", class, err)
+	}
+	return nil
+}
+
+// waitProfileFilled waits until the StorageProfile of class has claim
+// property sets in its status, which is what CDI renders claims from.
+func waitProfileFilled(ctx context.Context, dyn dynamic.Interface, class string, limit time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
+		p, err := dyn.Resource(storageProfiles).Get(ctx, class, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		sets, _, _ := unstructured.NestedSlice(p.Object, "status", "claimPropertySets")
 		return len(sets) > 0, nil
 	})
-	if err != nil {
-		return fmt.Errorf("StorageProfile %s: CDI did not take the claim properties: %w", class, err)
-	}
-	return nil
 }
 
 // WaitStorageProfiles waits until CDI has filled the StorageProfile of
@@ -94,15 +99,7 @@ func WaitStorageProfiles(ctx context.Context, kube kubernetes.Interface, dyn dyn
 		if !kubevirtsim.CDIKnowsProvisioner(sc.Provisioner) {
 			continue
 		}
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			p, err := dyn.Resource(storageProfiles).Get(ctx, sc.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			sets, _, _ := unstructured.NestedSlice(p.Object, "status", "claimPropertySets")
-			return len(sets) > 0, nil
-		})
-		if err != nil {
+		if err := waitProfileFilled(ctx, dyn, sc.Name, 2*time.Minute); err != nil {
 			return fmt.Errorf("StorageProfile %s: CDI did not fill it: %w", sc.Name, err)
 		}
 	}
