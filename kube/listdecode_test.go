@@ -173,3 +173,28 @@ func BenchmarkListDecode(b *testing.B) {
 		})
 	}
 }
+
+// decodeTime takes what metav1.Time's own method takes, and refuses what
+// it refuses.
+func TestDecodeTimeAsMetav1(t *testing.T) {
+	for _, doc := range []string{`null`, `"2025-06-01T12:00:00Z"`, `"2025-06-01T14:00:00+02:00"`, `"2025-06-01T12:00:00.5Z"`, `""`, `"yesterday"`, `42`, `{}`} {
+		var want, got metav1.Time
+		wantErr := want.UnmarshalJSON([]byte(doc))
+		gotErr := json.Unmarshal([]byte(doc), &got, listDecoding)
+		if (wantErr == nil) != (gotErr == nil) || !want.Equal(&got) || want.Location().String() != got.Location().String() {
+			t.Errorf("%s: metav1 %v (%v), ours %v (%v)", doc, want, wantErr, got, gotErr)
+		}
+	}
+	// Times behind pointers, null or not, as client-go's decoder leaves them.
+	doc := []byte(`{"metadata":{"name":"a","creationTimestamp":"2025-06-01T12:00:00Z","deletionTimestamp":null,"managedFields":[{"manager":"m","time":"2025-06-01T12:00:01Z"},{"manager":"n","time":null}]}}`)
+	var want, got kubevirtv1.VirtualMachine
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(doc, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(doc, &got, listDecoding); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(want.ObjectMeta, got.ObjectMeta) {
+		t.Errorf("metadata: client-go %+v, ours %+v", want.ObjectMeta, got.ObjectMeta)
+	}
+}
