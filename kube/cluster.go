@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,6 +79,8 @@ type Cluster struct {
 	logger *zap.Logger
 
 	vms, vmis, nodes, storageClasses, namespaces, tasks, pvcs *store
+	// freshLookups is GuestFresh's budget of calls to kube-apiserver.
+	freshLookups *rate.Limiter
 	// poolRecords are the ConfigMaps holding pools (task namespace).
 	poolRecords *store
 	// vmidClaims are the vmid claims (ConfigMaps, task namespace), for
@@ -140,7 +143,7 @@ func New(kube kubernetes.Interface, kv kubevirt.Interface, cfg *rest.Config, opt
 	if opts.SyncTimeout == 0 {
 		opts.SyncTimeout = 60 * time.Second
 	}
-	c := &Cluster{own: clients{kube: kube, kv: kv, cdi: opts.CDI, cfg: cfg}, opts: opts, logger: opts.Logger}
+	c := &Cluster{own: clients{kube: kube, kv: kv, cdi: opts.CDI, cfg: cfg}, opts: opts, logger: opts.Logger, freshLookups: newFreshLimiter()}
 	c.power = newPower(c)
 	var probe func(context.Context) error
 	if cfg != nil {

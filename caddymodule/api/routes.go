@@ -88,7 +88,8 @@ func (q *request) pathVM() *pathVM {
 		v := &q.vm
 		v.id, v.idErr = translate.ParseVMID(q.pathValue("vmid"))
 		if v.idErr == nil {
-			v.g, v.err = q.c.Guest(v.id)
+			// Fresh: a VM another replica made an instant ago is there.
+			v.g, v.err = q.c.GuestFresh(q.ctx(), v.id)
 		}
 	}
 	return &q.vm
