@@ -18,8 +18,7 @@ func TestGuestFresh(t *testing.T) {
 	e := newEnv(t, envOptions{beforeController: blindVMWatch})
 	c := e.cluster(Options{}, true)
 	halted := kubevirtv1.RunStrategyHalted
-	for _, name := range []string{"elsewhere", "later"} {
-		vmid := map[string]string{"elsewhere": "4242", "later": "4343"}[name]
+	for name, vmid := range map[string]string{"elsewhere": "4242", "later": "4343"} {
 		vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{translate.LabelVMID: vmid}},
 			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}}}
 		if _, err := e.kv.KubevirtV1().VirtualMachines("default").Create(e.ctx, vm, metav1.CreateOptions{}); err != nil {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -88,8 +89,12 @@ func (q *request) pathVM() *pathVM {
 		v := &q.vm
 		v.id, v.idErr = translate.ParseVMID(q.pathValue("vmid"))
 		if v.idErr == nil {
-			// Fresh: a VM another replica made an instant ago is there.
-			v.g, v.err = q.c.GuestFresh(q.ctx(), v.id)
+			v.g, v.err = q.c.Guest(v.id)
+			if errors.Is(v.err, kube.ErrNotFound) {
+				// Another replica may have made it an instant ago. Only
+				// a miss makes the request's context (ctx).
+				v.g, v.err = q.c.GuestFresh(q.ctx(), v.id)
+			}
 		}
 	}
 	return &q.vm
