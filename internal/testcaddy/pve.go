@@ -114,11 +114,18 @@ func (a *PVE) OK(method, path string, form url.Values, into any) {
 // WaitTask polls a task like bpg and proxmoxer do and returns its exit status.
 func (a *PVE) WaitTask(upid string) string {
 	a.T.Helper()
+	return a.WaitTaskWithin(upid, time.Minute)
+}
+
+// WaitTaskWithin is WaitTask giving up after limit, for tasks whose end
+// waits on something slower than a task's usual minute.
+func (a *PVE) WaitTaskWithin(upid string, limit time.Duration) string {
+	a.T.Helper()
 	parts := strings.Split(upid, ":")
 	if len(parts) != 9 {
 		a.T.Fatalf("UPID %q has %d fields, want 9", upid, len(parts))
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		var st map[string]any
 		a.OK("GET", "/nodes/"+parts[1]+"/tasks/"+upid+"/status", nil, &st)
@@ -130,7 +137,7 @@ func (a *PVE) WaitTask(upid string) string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	a.T.Fatalf("task %s did not end", upid)
+	a.T.Fatalf("task %s did not end within %v", upid, limit)
 	return ""
 }
 
