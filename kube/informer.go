@@ -7,10 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -38,6 +40,13 @@ type store struct {
 	// written are the keys put lately (key → expiry, unix nanos): list
 	// consults the overlay only for them.
 	written sync.Map
+	// deleted are the UIDs of objects deleted lately (UID → expiry, unix
+	// nanos): put refuses them, so that an answer read before a delete
+	// and stored after its event cannot bring the object back as a ghost
+	// that only a relist would remove.
+	deleted sync.Map
+	// deletedSwept is when deleted was last swept of expired UIDs.
+	deletedSwept atomic.Int64
 	// transform is what the informers apply to what they store; put
 	// applies it too.
 	transform cache.TransformFunc
@@ -110,6 +119,7 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 				if ro, ok := o.(runtime.Object); ok {
 					mc.OnDelete(ro)
 				}
+				s.noteDeleted(o)
 				if onChange != nil {
 					onChange(o, nil)
 				}
@@ -170,8 +180,9 @@ func (s *store) informerFor(ns string) cache.SharedIndexInformer {
 // reads its own write; created says the write made it. Like client-go's
 // mutation cache it never goes back: an object older than the cached one
 // (a watch event overtook the answer) is dropped, and so is an update of an
-// object no longer cached (its deletion arrived first), which would leave
-// a ghost until the next relist. Whoever listens to the store hears of it
+// object no longer cached (its deletion arrived first) or any answer about
+// an object deleted since (its UID), which would leave a ghost until the
+// next relist. Whoever listens to the store hears of it
 // as of an informer event. A nil store (an API the cluster lacks) or an
 // unwatched namespace takes nothing.
 func (s *store) put(obj runtime.Object, created bool) {
@@ -197,7 +208,7 @@ func (s *store) put(obj runtime.Object, created bool) {
 	st := inf.GetStore()
 	old, exists, _ := st.Get(o)
 	switch {
-	case !exists && !created:
+	case !exists && (!created || s.deletedLately(m.GetUID())):
 		return
 	case exists && olderThan(m, old):
 		return
@@ -419,6 +430,36 @@ func (s *store) drop(obj runtime.Object) {
 	if inf := s.informerFor(m.GetNamespace()); inf != nil {
 		_ = inf.GetStore().Delete(obj)
 	}
+	s.noteDeleted(obj)
+}
+
+// noteDeleted remembers the UID of a deleted object for mutationTTL: an
+// answer read before the delete comes back within a request's life.
+func (s *store) noteDeleted(obj any) {
+	m, ok := obj.(metav1.Object)
+	if !ok || m.GetUID() == "" {
+		return
+	}
+	now := time.Now()
+	s.deleted.Store(m.GetUID(), now.Add(mutationTTL).UnixNano())
+	if last := s.deletedSwept.Load(); now.UnixNano()-last > int64(mutationTTL) && s.deletedSwept.CompareAndSwap(last, now.UnixNano()) {
+		s.deleted.Range(func(k, v any) bool {
+			if v.(int64) < now.UnixNano() {
+				s.deleted.Delete(k)
+			}
+			return true
+		})
+	}
+}
+
+// deletedLately tells whether the object of uid was deleted within
+// mutationTTL.
+func (s *store) deletedLately(uid types.UID) bool {
+	if uid == "" {
+		return false
+	}
+	exp, ok := s.deleted.Load(uid)
+	return ok && exp.(int64) > time.Now().UnixNano()
 }
 
 // stripMeta drops what the API never reads from cached objects: managed

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -125,5 +126,49 @@ func TestPutKeepsNewerWatchEvent(t *testing.T) {
 	s.put(vm("y", kubevirtv1.VirtualMachineStatusStarting), false)
 	if got := status(); got != kubevirtv1.VirtualMachineStatusStarting {
 		t.Fatalf("opaque versions: status %q", got)
+	}
+}
+
+// TestPutNoGhostAfterDelete: an answer read before its object was deleted
+// (a create's, or a live lookup's) and put after the delete event does not
+// bring the object back, whether the informer or the plugin's own delete
+// (drop) removed it; a new object of that name (another UID) is stored.
+func TestPutNoGhostAfterDelete(t *testing.T) {
+	cm := func(name, uid, rv string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(uid), ResourceVersion: rv}}
+	}
+	events := watch.NewFake()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newStore(ctx, nil, &corev1.ConfigMap{}, listWatchFuncs{
+		list: func(context.Context, string, metav1.ListOptions) (runtime.Object, error) {
+			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.ConfigMap{*cm("a", "uid-a", "10")}}, nil
+		},
+		watch: func(context.Context, string, metav1.ListOptions) (watch.Interface, error) { return events, nil },
+	}, 0, nil, nil, nil)
+	s.run(ctx)
+	waitFor(t, "sync", s.hasSynced)
+	has := func(name string) bool { return cached[corev1.ConfigMap](s, "ns", name) != nil }
+
+	events.Delete(cm("a", "uid-a", "11"))
+	waitFor(t, "the delete event", func() bool { return !has("a") })
+	s.put(cm("a", "uid-a", "10"), true)
+	if has("a") {
+		t.Error("an answer read before the informer's delete brought the object back")
+	}
+
+	s.put(cm("b", "uid-b", "12"), true)
+	s.drop(cm("b", "uid-b", "12"))
+	s.put(cm("b", "uid-b", "12"), true)
+	if has("b") {
+		t.Error("an answer read before the plugin's own delete brought the object back")
+	}
+
+	s.put(cm("a", "uid-a2", "13"), true)
+	if !has("a") {
+		t.Error("a new object of a deleted one's name was refused")
+	}
+	if s.deletedLately("") {
+		t.Error("an object without a UID counts as deleted")
 	}
 }
