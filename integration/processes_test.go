@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,6 +71,13 @@ func TestTwoCaddyProcesses(t *testing.T) {
 	// Started on B, polled on A.
 	if exit := tokA.WaitTask(upid); exit != "OK" {
 		t.Fatalf("create (B) polled on A: %s", exit)
+	}
+	// A lists the VM whose create task it read as ended, as every PVE
+	// node would, though its own watch may not have delivered it yet.
+	var rows []map[string]any
+	tokA.OK("GET", "/cluster/resources", form("type", "vm"), &rows)
+	if !slices.ContainsFunc(rows, func(r map[string]any) bool { return fmt.Sprint(r["vmid"]) == id }) {
+		t.Fatalf("A read B's create task as ended but does not list VM %s: %v", id, rows)
 	}
 	path := "/nodes/" + node + "/qemu/" + id
 

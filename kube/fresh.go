@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -60,6 +61,39 @@ func (c *Cluster) lookUpVMID(ctx context.Context, vmid int) bool {
 		}
 	}
 	return found
+}
+
+// makesVM are the task types whose successful end means their subject VM
+// exists: PVE lists a VM on every node once its create task has ended.
+var makesVM = map[string]bool{translate.TaskCreate: true, translate.TaskClone: true, translate.TaskRestore: true}
+
+// seeMadeVM makes sure that the VM an ended task made is cached, so that
+// a client that read the end here finds the VM in this replica's lists
+// too. Another replica may have ended the task (its record reaches this
+// one live, or through a watch of its own) before this replica's VM
+// informer delivered the VM. It costs a map lookup unless the VM is
+// missing, and then one read within GuestFresh's budget.
+func (c *Cluster) seeMadeVM(ctx context.Context, t *Task) {
+	if t.Running() || translate.ExitIsError(t.ExitStatus) || !makesVM[t.UPID.Type] || t.uid == "" {
+		return
+	}
+	if vm := c.cachedVM(t.namespace, t.name); (vm != nil && vm.hasUID(t.uid)) || !c.freshLookups.Allow() {
+		return
+	}
+	c.lookUpVM(ctx, t.namespace, t.name, t.uid)
+}
+
+// lookUpVM puts the VM namespace/name into the cache if kube-apiserver
+// has it with uid. It reads as the plugin, as lookUpVMID does.
+func (c *Cluster) lookUpVM(ctx context.Context, namespace, name string, uid types.UID) {
+	vm, err := c.own.kv.KubevirtV1().VirtualMachines(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		c.logger.Debug("looking up a made VM the cache lacks", zap.String("vm", namespace+"/"+name), zap.Error(err))
+		return
+	}
+	if vm.UID == uid {
+		c.vms.put(vm, true)
+	}
 }
 
 // newFreshLimiter is GuestFresh's budget.

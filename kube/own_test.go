@@ -22,6 +22,7 @@ var ownUsers = map[string]string{
 	"Cluster.startSnapshotStores":   "informers and API discovery",
 	"Cluster.startMetrics":          "metrics.k8s.io poller: one cache for every caller",
 	"Cluster.lookUpVMID":            "a VM another replica made, into the cache the informer would fill: one cache for every caller",
+	"Cluster.lookUpVM":              "a VM whose making another replica ended, into the cache the informer would fill: one cache for every caller",
 	"apiMetricsSource.get":          "metrics.k8s.io poller: one cache for every caller",
 	"power.detect":                  "API discovery",
 	"Cluster.as":                    "the plugin's clients when no identity is carried",

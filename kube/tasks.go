@@ -337,6 +337,7 @@ func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
 			go ts.persist(context.Background(), t.copy())
 		}
 	}
+	ts.c.seeMadeVM(ctx, t)
 	return t, nil
 }
 
