@@ -166,7 +166,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	runCtx = withHealth(runCtx, c.health)
 	go c.health.run(runCtx)
 	c.done = make(chan struct{})
-	ns := c.opts.Namespaces
+	ns := c.listScopes()
 	// Tasks wait on VMs and their instances by the VM's namespace/name.
 	vmTasks := c.Tasks.touchBy(ownKey)
 	// The vmid table depends only on which VMs exist and their vmid
@@ -230,7 +230,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			return c.own.kube.StorageV1().StorageClasses().Watch(ctx, o)
 		},
 	}, c.opts.Resync, nil, stripMeta, nil)
-	if len(ns) == 0 {
+	if c.ServesAll() {
 		c.namespaces = newStore(runCtx, nil, &corev1.Namespace{}, listWatchFuncs{
 			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 				return c.own.kube.CoreV1().Namespaces().List(ctx, o)
@@ -360,6 +360,15 @@ func (c *Cluster) Namespaces() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// listScopes are the namespaces the plugin lists and watches in: the
+// served ones when configured, else all of them in one cluster-wide call.
+func (c *Cluster) listScopes() []string {
+	if len(c.opts.Namespaces) > 0 {
+		return c.opts.Namespaces
+	}
+	return []string{metav1.NamespaceAll}
 }
 
 // Serves tells whether namespace ns is served. When every namespace is,

@@ -50,7 +50,7 @@ func (c *Cluster) startCDIStore(ctx context.Context) []*store {
 		}
 	}
 	cdi := c.own.cdi.CdiV1beta1()
-	c.dataVolumes = newStore(ctx, c.opts.Namespaces, &cdiv1.DataVolume{}, listWatchFuncs{
+	c.dataVolumes = newStore(ctx, c.listScopes(), &cdiv1.DataVolume{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return listJSON(ctx, cdi.RESTClient(), "datavolumes", ns, o, cdi.DataVolumes(ns).List)
 		},

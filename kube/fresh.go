@@ -44,12 +44,8 @@ func (c *Cluster) GuestFresh(ctx context.Context, vmid int) (Guest, error) {
 // it is read.
 func (c *Cluster) lookUpVMID(ctx context.Context, vmid int) bool {
 	sel := labels.Set{translate.LabelVMID: strconv.Itoa(vmid)}.String()
-	namespaces := c.opts.Namespaces
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
 	found := false
-	for _, ns := range namespaces {
+	for _, ns := range c.listScopes() {
 		l, err := c.own.kv.KubevirtV1().VirtualMachines(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			c.logger.Debug("looking up a vmid the cache lacks", zap.Int("vmid", vmid), zap.String("namespace", ns), zap.Error(err))

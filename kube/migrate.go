@@ -51,7 +51,7 @@ func (c *Cluster) startMigrationStore(ctx context.Context) *store {
 		c.guestGen.Add(1)
 		touch(old, new)
 	}
-	return newStore(ctx, c.opts.Namespaces, &kubevirtv1.VirtualMachineInstanceMigration{}, listWatchFuncs{
+	return newStore(ctx, c.listScopes(), &kubevirtv1.VirtualMachineInstanceMigration{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return mig.VirtualMachineInstanceMigrations(ns).List(ctx, o)
 		},

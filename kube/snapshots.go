@@ -226,7 +226,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 		touch(old, new)
 	}
 	snaps := c.own.kv.SnapshotV1beta1()
-	c.snapshots = newStore(ctx, c.opts.Namespaces, &snapshotv1.VirtualMachineSnapshot{}, listWatchFuncs{
+	c.snapshots = newStore(ctx, c.listScopes(), &snapshotv1.VirtualMachineSnapshot{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return snaps.VirtualMachineSnapshots(ns).List(ctx, o)
 		},
@@ -234,7 +234,7 @@ func (c *Cluster) startSnapshotStores(ctx context.Context) []*store {
 			return snaps.VirtualMachineSnapshots(ns).Watch(ctx, o)
 		},
 	}, c.opts.Resync, cache.Indexers{snapshotSourceIndex: byVM}, stripMeta, changed)
-	c.restores = newStore(ctx, c.opts.Namespaces, &snapshotv1.VirtualMachineRestore{}, listWatchFuncs{
+	c.restores = newStore(ctx, c.listScopes(), &snapshotv1.VirtualMachineRestore{}, listWatchFuncs{
 		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 			return snaps.VirtualMachineRestores(ns).List(ctx, o)
 		},
