@@ -29,7 +29,7 @@ type listWatchFuncs struct {
 // store is a read view over one or more namespaced informers of a kind, so
 // that serving a list of namespaces needs no cluster-wide list/watch rights.
 type store struct {
-	byNS map[string]cache.SharedIndexInformer // "" key = all namespaces
+	byNS map[string]*informer // "" key = all namespaces
 	// writes overlays each informer's store with the objects our own
 	// writes returned (client-go's mutation cache), keyed as byNS: a read
 	// returns the newer of the two by resourceVersion, so that a watch
@@ -63,7 +63,7 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s := &store{byNS: map[string]cache.SharedIndexInformer{}, writes: map[string]cache.MutationCache{}, transform: transform, onChange: onChange}
+	s := &store{byNS: map[string]*informer{}, writes: map[string]cache.MutationCache{}, transform: transform, onChange: onChange}
 	// During an outage list and watch wait for the cluster to come back,
 	// calls it cannot serve are retried soon (see callServed), and their
 	// outcomes tell whether the cache is current.
@@ -88,18 +88,8 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 		// which at 10,000 VMs cost the plugin twice the CPU of one list
 		// answered from kube-apiserver's watch cache and delayed its start
 		// by seconds (bench/scale). Watches follow the list as usual.
-		inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(src, listThenWatch{}), obj, resync, cache.Indexers{})
-		if len(indexers) > 0 {
-			_ = inf.AddIndexers(indexers)
-		}
-		if transform != nil {
-			_ = inf.SetTransform(transform)
-		}
-		mc := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(), cache.MutationCacheOptions{
-			Indexer: inf.GetIndexer(), TTL: mutationTTL, MaxCacheSize: mutationMax,
-		})
-		s.writes[ns] = mc
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		var mc cache.MutationCache
+		handler := cache.ResourceEventHandlerFuncs{
 			AddFunc: func(o any) {
 				caughtUp(mc, o)
 				if onChange != nil {
@@ -124,11 +114,40 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 					onChange(o, nil)
 				}
 			},
+		}
+		if indexers == nil {
+			indexers = cache.Indexers{} // an Indexer, for the overlay
+		}
+		st, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+			ListerWatcher: cache.ToListWatcherWithWatchListSemantics(src, listThenWatch{}),
+			ObjectType:    obj, Handler: handler, ResyncPeriod: resync, Indexers: indexers, Transform: transform,
 		})
+		inf := &informer{Controller: ctrl, indexer: st.(cache.Indexer)}
+		mc = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.indexer, cache.MutationCacheOptions{
+			Indexer: inf.indexer, TTL: mutationTTL, MaxCacheSize: mutationMax,
+		})
+		s.writes[ns] = mc
 		s.byNS[ns] = inf
 	}
 	return s
 }
+
+// informer is client-go's informer of one namespace without the sharing:
+// its handlers are called in line as the objects are stored. A shared
+// informer queues each notification for each handler in a ring buffer
+// that grows to the initial list's size and never shrinks again, 16 bytes
+// per object listed and 16 KiB per informer at least (bench CacheMemory),
+// for handlers that here are cheap enough to run in line.
+type informer struct {
+	cache.Controller
+	indexer cache.Indexer
+}
+
+// GetStore is the informer's cache.
+func (i *informer) GetStore() cache.Store { return i.indexer }
+
+// GetIndexer is the informer's cache with its indexes.
+func (i *informer) GetIndexer() cache.Indexer { return i.indexer }
 
 // listThenWatch tells client-go's reflector to list and then watch.
 type listThenWatch struct{}
@@ -168,7 +187,7 @@ func (s *store) hasSynced() bool {
 	return true
 }
 
-func (s *store) informerFor(ns string) cache.SharedIndexInformer {
+func (s *store) informerFor(ns string) *informer {
 	if inf, ok := s.byNS[metav1.NamespaceAll]; ok {
 		return inf
 	}

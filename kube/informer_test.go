@@ -96,8 +96,8 @@ func TestPutNeverGoesBack(t *testing.T) {
 // controller before the create call returned), else the cache shows the
 // older object until the next change, which may never come.
 func TestPutKeepsNewerWatchEvent(t *testing.T) {
-	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &kubevirtv1.VirtualMachine{}, 0, cache.Indexers{})
-	s := &store{byNS: map[string]cache.SharedIndexInformer{metav1.NamespaceAll: inf}}
+	idx := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{})
+	s := &store{byNS: map[string]*informer{metav1.NamespaceAll: {indexer: idx}}}
 	vm := func(rv string, status kubevirtv1.VirtualMachinePrintableStatus) *kubevirtv1.VirtualMachine {
 		return &kubevirtv1.VirtualMachine{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "clone", ResourceVersion: rv},
@@ -112,8 +112,8 @@ func TestPutKeepsNewerWatchEvent(t *testing.T) {
 	if got := status(); got != "" {
 		t.Fatalf("after first put: %q", got)
 	}
-	_ = inf.GetStore().Update(vm("31", kubevirtv1.VirtualMachineStatusStopped)) // the watch
-	s.put(vm("23", ""), true)                                                   // the late answer
+	_ = idx.Update(vm("31", kubevirtv1.VirtualMachineStatusStopped)) // the watch
+	s.put(vm("23", ""), true)                                        // the late answer
 	if got := status(); got != kubevirtv1.VirtualMachineStatusStopped {
 		t.Fatalf("a late answer replaced the newer cached VM: status %q", got)
 	}
@@ -122,7 +122,7 @@ func TestPutKeepsNewerWatchEvent(t *testing.T) {
 		t.Fatalf("a newer answer was dropped: status %q", got)
 	}
 	// Versions that are not numbers cannot be ordered: the answer wins.
-	_ = inf.GetStore().Update(vm("x", kubevirtv1.VirtualMachineStatusStopped))
+	_ = idx.Update(vm("x", kubevirtv1.VirtualMachineStatusStopped))
 	s.put(vm("y", kubevirtv1.VirtualMachineStatusStarting), false)
 	if got := status(); got != kubevirtv1.VirtualMachineStatusStarting {
 		t.Fatalf("opaque versions: status %q", got)
