@@ -178,7 +178,6 @@ var unpackScratch sync.Pool
 // (Guest.Meta once per Guest).
 type packedVM struct {
 	recordMeta
-	typeMeta metav1.TypeMeta
 	// Labels and Annotations are the VM's, as pairs.
 	Labels, Annotations pairs
 	running             *bool
@@ -269,7 +268,7 @@ func (p *packedVM) meta() *kubevirtv1.VirtualMachine {
 	if p == nil {
 		return nil
 	}
-	vm := &kubevirtv1.VirtualMachine{TypeMeta: p.typeMeta, Status: p.status.vmStatus()}
+	vm := &kubevirtv1.VirtualMachine{TypeMeta: vmTypeMeta, Status: p.status.vmStatus()}
 	vm.ObjectMeta = p.recordMeta.objectMeta(p.Labels.toMap(), p.Annotations.toMap())
 	vm.Spec = kubevirtv1.VirtualMachineSpec{Running: p.running, RunStrategy: p.runStrategy}
 	return vm
@@ -313,7 +312,7 @@ func packVM(c *specCodec, vm *kubevirtv1.VirtualMachine) (*packedVM, error) {
 		return nil, err
 	}
 	p := &packedVM{
-		recordMeta: recordMetaOf(&vm.ObjectMeta), typeMeta: internTypeMeta(vm.TypeMeta),
+		recordMeta: recordMetaOf(&vm.ObjectMeta),
 		Labels: pairsOf(vm.Labels), Annotations: pairsOf(vm.Annotations),
 		running: vm.Spec.Running, runStrategy: vm.Spec.RunStrategy, status: hotVMStatusOf(&vm.Status),
 		spec: blob, codec: c, claims: translate.VolumeClaims(vm), summary: summary,

@@ -53,16 +53,7 @@ func (p pairs) toMap() map[string]string {
 	return m
 }
 
-// internTypeMeta is t, its strings shared with every cached VM's when
-// they are KubeVirt's (JSON decoding makes each object its own).
-func internTypeMeta(t metav1.TypeMeta) metav1.TypeMeta {
-	if t.APIVersion == vmAPIVersion {
-		t.APIVersion = vmAPIVersion
-	}
-	if t.Kind == vmKind {
-		t.Kind = vmKind
-	}
-	return t
-}
+// vmTypeMeta is every cached VM's: kept once rather than per VM, as the
+// instance, DataVolume and claim records do.
+var vmTypeMeta = metav1.TypeMeta{APIVersion: kubevirtv1.GroupVersion.String(), Kind: "VirtualMachine"}
 
-var vmAPIVersion, vmKind = kubevirtv1.GroupVersion.String(), "VirtualMachine"
