@@ -33,7 +33,11 @@ import (
 // the floor: the big lists alone (listFloor), with gzip as client-go asks
 // by default and without. SCALE_PROFILE names a folder for a CPU profile of each start
 // and of kube-apiserver (Caddy's admin /debug/pprof and kube-apiserver's,
-// SCALE_PROFILE_SECONDS long, default 6).
+// SCALE_PROFILE_SECONDS long, default 6). SCALE_APISERVER_ARGS adds
+// kube-apiserver flags (space-separated), to see what of a start is
+// kube-apiserver's: "--feature-gates=DetectCacheInconsistency=false" stops
+// its periodic check of the watch cache against etcd, on by default since
+// Kubernetes 1.34, which on 2 shared cores competes with the start.
 //
 //	SCALE_BASELINE=/tmp/caddy-main SCALE_STARTS=4 go test ./bench/scale/ -run '^$' -bench '^BenchmarkStart$' -benchtime 1x
 func BenchmarkStart(b *testing.B) {
@@ -50,9 +54,9 @@ func BenchmarkStart(b *testing.B) {
 	profDir := os.Getenv("SCALE_PROFILE")
 	profSecs := envInt("SCALE_PROFILE_SECONDS", 6)
 	for i := 0; i < b.N; i++ {
-		opts := testenv.Options{Seed: true}
+		opts := testenv.Options{Seed: true, ExtraAPIServerArgs: strings.Fields(os.Getenv("SCALE_APISERVER_ARGS"))}
 		if profDir != "" {
-			opts.ExtraAPIServerArgs = []string{"--profiling=true"}
+			opts.ExtraAPIServerArgs = append(opts.ExtraAPIServerArgs, "--profiling=true")
 		}
 		env := testenv.StartT(b, opts)
 		took := populate(b, env, n)
