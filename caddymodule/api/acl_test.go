@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -76,5 +77,43 @@ func TestGrantsPropagate(t *testing.T) {
 	}
 	if k := p.kubeIdentity(identity{UserID: "b@pve"}); k.User != "pve:b@pve" {
 		t.Fatalf("default kube user: %+v", k)
+	}
+}
+
+// TestRowSeesAsSees: the per-request memo of the VM rows' audit check
+// decides every row as sees does, whether the grants name pools, single
+// VMs (which set VMs of one pool apart) or neither.
+func TestRowSeesAsSees(t *testing.T) {
+	rows := []*guestRow{}
+	for i, pool := range []string{"", "team", "team/dev", "other", "team", "", "other", "team/dev"} {
+		rows = append(rows, &guestRow{ns: "default", acl: "/vms/" + strconv.Itoa(100+i), in: rowInputs{pool: pool}})
+	}
+	for _, grants := range [][]GrantConfig{
+		{{Path: "/", Role: "PVEAuditor"}},
+		{{Path: "/pool/team", Role: "PVEVMUser"}},
+		{{Path: "/pool/team", Role: "PVEVMUser"}, {Path: "/vms/103", Role: "PVEAuditor"}, {Path: "/vms/105", Role: "PVEVMAdmin"}},
+		{{Path: "/pool/other", Role: "PVEVMUser"}, {Path: "/vms/101", Role: "NoAccess"}},
+		{{Path: "/vms/100", Role: "NoAccess"}, {Path: "/vms/106", Role: "PVEAuditor"}},
+		{{Path: "/storage/local", Role: "PVEDatastoreAdmin"}, {Path: "/nodes/n1", Role: "PVEAuditor"}},
+	} {
+		perms, err := newPermissions(false, []IdentityConfig{{ID: "u@pve", Roles: grants}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &APIHandler{perms: perms, auth: newAuthenticator([]byte("k"))}
+		q := &request{id: identity{UserID: "u@pve"}}
+		sees, shown := h.rowSees(q), 0
+		for _, r := range rows {
+			want := h.sees(q, r.acl, r.ns, r.in.pool, "VM.Audit")
+			if got := sees(r); got != want {
+				t.Errorf("grants %v: row %s (pool %q) seen %v, want %v", grants, r.acl, r.in.pool, got, want)
+			}
+			if want {
+				shown++
+			}
+		}
+		if got := len(h.visibleRows(q, rows)); got != shown {
+			t.Errorf("grants %v: visibleRows kept %d rows, want %d", grants, got, shown)
+		}
 	}
 }
