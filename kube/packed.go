@@ -313,7 +313,7 @@ func packVM(c *specCodec, vm *kubevirtv1.VirtualMachine) (*packedVM, error) {
 	}
 	p := &packedVM{
 		recordMeta: recordMetaOf(&vm.ObjectMeta),
-		Labels: pairsOf(vm.Labels), Annotations: pairsOf(vm.Annotations),
+		Labels:     pairsOf(vm.Labels), Annotations: pairsOf(vm.Annotations),
 		running: vm.Spec.Running, runStrategy: vm.Spec.RunStrategy, status: hotVMStatusOf(&vm.Status),
 		spec: blob, codec: c, claims: translate.VolumeClaims(vm), summary: summary,
 	}

@@ -56,4 +56,3 @@ func (p pairs) toMap() map[string]string {
 // vmTypeMeta is every cached VM's: kept once rather than per VM, as the
 // instance, DataVolume and claim records do.
 var vmTypeMeta = metav1.TypeMeta{APIVersion: kubevirtv1.GroupVersion.String(), Kind: "VirtualMachine"}
-
