@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -40,13 +40,11 @@ type store struct {
 	// written are the keys put lately (key → expiry, unix nanos): list
 	// consults the overlay only for them.
 	written sync.Map
-	// deleted are the UIDs of objects deleted lately (UID → expiry, unix
-	// nanos): put refuses them, so that an answer read before a delete
-	// and stored after its event cannot bring the object back as a ghost
-	// that only a relist would remove.
-	deleted sync.Map
-	// deletedSwept is when deleted was last swept of expired UIDs.
-	deletedSwept atomic.Int64
+	// deleted are the UIDs of objects deleted lately, for mutationTTL: put
+	// refuses them, so that an answer read before a delete and stored
+	// after its event cannot bring the object back as a ghost that only a
+	// relist would remove.
+	deleted *utilcache.Expiring
 	// transform is what the informers apply to what they store; put
 	// applies it too.
 	transform cache.TransformFunc
@@ -63,7 +61,7 @@ func newStore(ctx context.Context, namespaces []string, obj runtime.Object, lw l
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s := &store{byNS: map[string]*informer{}, writes: map[string]cache.MutationCache{}, transform: transform, onChange: onChange}
+	s := &store{byNS: map[string]*informer{}, writes: map[string]cache.MutationCache{}, deleted: utilcache.NewExpiring(), transform: transform, onChange: onChange}
 	// During an outage list and watch wait for the cluster to come back,
 	// calls it cannot serve are retried soon (see callServed), and their
 	// outcomes tell whether the cache is current.
@@ -455,30 +453,19 @@ func (s *store) drop(obj runtime.Object) {
 // noteDeleted remembers the UID of a deleted object for mutationTTL: an
 // answer read before the delete comes back within a request's life.
 func (s *store) noteDeleted(obj any) {
-	m, ok := obj.(metav1.Object)
-	if !ok || m.GetUID() == "" {
-		return
-	}
-	now := time.Now()
-	s.deleted.Store(m.GetUID(), now.Add(mutationTTL).UnixNano())
-	if last := s.deletedSwept.Load(); now.UnixNano()-last > int64(mutationTTL) && s.deletedSwept.CompareAndSwap(last, now.UnixNano()) {
-		s.deleted.Range(func(k, v any) bool {
-			if v.(int64) < now.UnixNano() {
-				s.deleted.Delete(k)
-			}
-			return true
-		})
+	if m, ok := obj.(metav1.Object); ok && m.GetUID() != "" && s.deleted != nil {
+		s.deleted.Set(m.GetUID(), struct{}{}, mutationTTL)
 	}
 }
 
 // deletedLately tells whether the object of uid was deleted within
 // mutationTTL.
 func (s *store) deletedLately(uid types.UID) bool {
-	if uid == "" {
+	if uid == "" || s.deleted == nil {
 		return false
 	}
-	exp, ok := s.deleted.Load(uid)
-	return ok && exp.(int64) > time.Now().UnixNano()
+	_, ok := s.deleted.Get(uid)
+	return ok
 }
 
 // stripMeta drops what the API never reads from cached objects: managed
