@@ -203,7 +203,7 @@ http://127.0.0.1:%[7]d {
 `, dir, apiPort, wakeTokenID, wakeTokenSecret, env.Kubeconfig, ns, sitePort, svcPort)
 	p := testcaddy.StartProcess(t, dir, cfg)
 	base := fmt.Sprintf("http://127.0.0.1:%d", sitePort)
-	testcaddy.WaitReady(t, base+"/ready")
+	p.WaitReady(base + "/ready")
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\n./caddy:\n%s", append(args, p.Output())...)

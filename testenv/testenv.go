@@ -47,7 +47,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -72,6 +71,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"kubevirt.io/client-go/kubevirt"
+
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 )
 
 // AdminUser is the built-in user in system:masters.
@@ -953,24 +954,17 @@ func randomToken() string {
 	return hex.EncodeToString(b)
 }
 
-// freePorts reserves n distinct free TCP ports on 127.0.0.1. They are
-// released before the processes bind them; Start retries if one is taken
-// in between.
+// freePorts reserves n distinct loopback ports (testutil.Port: below the
+// ephemeral range and locked against other test processes). Start still
+// retries if a program outside the tests takes one.
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
 	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for range n {
+		p, err := testutil.Port()
 		if err != nil {
 			return nil, err
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }

@@ -51,7 +51,7 @@ func TestLayer4WakeThroughCaddy(t *testing.T) {
 	// held until the guest runs, then answered by the guest.
 	conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(l4TCP))
 	if err != nil {
-		t.Fatal(err)
+		fail("dialing the layer4 TCP server: %v", err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
@@ -89,7 +89,7 @@ func TestLayer4WakeThroughCaddy(t *testing.T) {
 	// and answered once the guest runs.
 	u, err := net.Dial("udp", "127.0.0.1:"+strconv.Itoa(l4UDP))
 	if err != nil {
-		t.Fatal(err)
+		fail("dialing the layer4 UDP server: %v", err)
 	}
 	defer u.Close()
 	_ = u.SetDeadline(time.Now().Add(30 * time.Second))
@@ -115,7 +115,7 @@ http://127.0.0.1:%d {
 	respond /ready "up"
 }
 `, httpPort))
-	testcaddy.WaitReady(e.t, fmt.Sprintf("http://127.0.0.1:%d/ready", httpPort))
+	p.WaitReady(fmt.Sprintf("http://127.0.0.1:%d/ready", httpPort))
 	return func(format string, args ...any) {
 		e.t.Helper()
 		e.t.Fatalf(format+"\n./caddy:\n%s", append(args, p.Output())...)
@@ -151,7 +151,7 @@ func TestLayer4UDPProbeThroughCaddy(t *testing.T) {
 	// A player joins: one datagram, sent once, into the stopped guest.
 	u, err := net.Dial("udp", "127.0.0.1:"+strconv.Itoa(l4UDP))
 	if err != nil {
-		t.Fatal(err)
+		fail("dialing the layer4 UDP server: %v", err)
 	}
 	defer u.Close()
 	_ = u.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -293,7 +293,7 @@ func TestLayer4ActivityThroughCaddy(t *testing.T) {
 	e.sim.SetLoad(100, pvesim.Load{CPU: 0.6})
 	conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(l4TCP))
 	if err != nil {
-		t.Fatal(err)
+		fail("dialing the layer4 TCP server: %v", err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))

@@ -434,9 +434,13 @@ func TestCloudInitAddress(t *testing.T) {
 // Behind NAT (KubeVirt's masquerade pod network through proxmox_api, a
 // PVE NAT bridge), ipconfig0 is the address inside the guest: the guest
 // agent's address for the NIC's MAC is the one proxied to, even while
-// the agent starts after the VM.
+// the agent starts after the VM. The inside address is one of this host's
+// loopback addresses where nothing listens, as unreachable as NAT makes
+// it: a private address such as 10.0.2.2 answers on machines whose
+// egress goes through a transparent proxy (this sandbox's, for ports
+// outside the ephemeral range).
 func TestCloudInitBehindNAT(t *testing.T) {
-	e := newEnv(t, pvesim.GuestSpec{VMID: 200, Kind: "qemu", CloudInit: true, CloudInitIP: "10.0.2.2", BootDelay: 300 * time.Millisecond})
+	e := newEnv(t, pvesim.GuestSpec{VMID: 200, Kind: "qemu", CloudInit: true, CloudInitIP: nextIP(), BootDelay: 300 * time.Millisecond})
 	e.start(e.wakeSite("200", ""))
 	if a := e.get("/"); a.code != 200 || !strings.Contains(a.body, "hello from") {
 		t.Fatalf("cloud-init VM behind NAT: %d %s", a.code, a.body)

@@ -66,7 +66,7 @@ http://127.0.0.1:%d {
 }
 `, shared, e.cluster, e.apiURL, e.sim.TokenID(), e.sim.TokenSecret(), port, e.cluster, e.guestPort, opts)
 	in := &instance{p: testcaddy.StartProcess(e.t, e.t.TempDir(), cfg), base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	testcaddy.WaitReady(e.t, in.base+"/ready")
+	in.p.WaitReady(in.base + "/ready")
 	return in
 }
 

@@ -32,7 +32,7 @@ func TestHTTP2WebsocketIsAStream(t *testing.T) {
 		e.wakeSite("100", "mode page\n\t\tstream_idle_timeout 500ms")
 	t.Setenv("GODEBUG", "http2xconnect=1")
 	p := testcaddy.StartProcess(t, t.TempDir(), cfg)
-	testcaddy.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/config/", e.adminPort))
+	p.WaitReady(fmt.Sprintf("http://127.0.0.1:%d/config/", e.adminPort))
 
 	// net/http's client refuses the :protocol pseudo-header; x/net's
 	// HTTP/2 transport sends it, over h2c here.

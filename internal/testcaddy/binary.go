@@ -131,6 +131,25 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// WaitReady polls url until it answers anything, as testcaddy.WaitReady
+// does, and fails the test with the process's log when the process ends
+// first (e.g. on a port it could not bind) instead of leaving the test to
+// fail later without it.
+func (p *Process) WaitReady(url string) {
+	p.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := Ready(url, 0)
+		if err == nil && !p.Exited() {
+			return
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			p.t.Fatalf("./caddy not serving %s (exited: %v, last error: %v); log:\n%s", url, p.Exited(), err, p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Output is what the process printed so far (its log).
 func (p *Process) Output() string { return p.out.String() }
 

@@ -5,7 +5,6 @@
 package testutil
 
 import (
-	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -91,26 +90,6 @@ func parkedIn(fn string) bool {
 		}
 	}
 	return false
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	p, err := Port()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// Port returns a loopback TCP port that was free a moment ago.
-func Port() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Goroutines is a baseline: the goroutines running when it was taken.

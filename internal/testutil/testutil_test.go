@@ -103,3 +103,27 @@ func TestFreePort(t *testing.T) {
 		t.Fatalf("port %d", p)
 	}
 }
+
+// Ports come from below the kernel's ephemeral range, are distinct, can
+// be bound, and are locked against other test processes (a second open
+// file description's flock conflicts as another process's would).
+func TestPortReserved(t *testing.T) {
+	seen := map[int]bool{}
+	for range 50 {
+		p := FreePort(t)
+		if p < portFloor || p >= ephemeralLow() {
+			t.Fatalf("port %d outside [%d, %d)", p, portFloor, ephemeralLow())
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+		if f, ok := lockPort(p); ok {
+			f.Close()
+			t.Fatalf("port %d not locked against another process", p)
+		}
+		if !bindable(p) {
+			t.Fatalf("port %d handed out but not bindable", p)
+		}
+	}
+}
