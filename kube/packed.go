@@ -35,11 +35,21 @@ import (
 // API), and a fleet packed against one of those takes 1.1 KB a VM
 // instead of 140 bytes. The specs packed before the dictionary is made
 // are packed without one; a blob's first byte says which.
+//
+// Decoding needs the dictionary's bytes only; encoding also a 32 KB hash
+// table of them, which S2 keeps in the Dict for good once it encoded. The
+// codec decodes with a Dict that never encodes and encodes with copies
+// from a sync.Pool, which the garbage collector empties when nothing has
+// been packed for two cycles: after the initial list, between bursts of
+// watch events, the three codecs' tables were 96 KB, a sixth of the
+// cache's fixed cost at 1,000 VMs (bench CacheMemory).
 type specCodec struct {
 	seed  func() []byte
 	mu    sync.Mutex
 	learn [][]byte // the specs the dictionary will be made of
 	dict  atomic.Pointer[s2.Dict]
+	// encoders are Dicts of dict's bytes with their encoding tables.
+	encoders sync.Pool
 	// scratch holds encoder output (S2 wants room for the worst case);
 	// what is kept is copied to its exact size.
 	scratch sync.Pool
@@ -85,6 +95,18 @@ func (c *specCodec) dictFor(raw []byte) *s2.Dict {
 	return d
 }
 
+// encoder returns a Dict of d's bytes for encoding (see specCodec), or
+// nil when there is no dictionary yet.
+func (c *specCodec) encoder(d *s2.Dict) *s2.Dict {
+	if d == nil {
+		return nil
+	}
+	if e, _ := c.encoders.Get().(*s2.Dict); e != nil {
+		return e
+	}
+	return s2.NewDict(d.Bytes())
+}
+
 // vmCodec is the VM cache's codec, seeded with a VM as the API makes one
 // (typicalVM).
 func vmCodec() *specCodec { return &specCodec{seed: typicalVM} }
@@ -128,8 +150,9 @@ func (c *specCodec) pack(v any) ([]byte, error) {
 		buf = new([]byte)
 	}
 	kind, enc := byte(packedPlain), []byte(nil)
-	if d != nil {
-		kind, enc = packedDict, d.Encode(*buf, raw)
+	if e := c.encoder(d); e != nil {
+		kind, enc = packedDict, e.Encode(*buf, raw)
+		c.encoders.Put(e)
 	} else {
 		enc = s2.Encode(*buf, raw)
 	}

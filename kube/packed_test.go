@@ -1,9 +1,11 @@
 package kube
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,7 +78,18 @@ func TestPackedObjectsDecodeWhole(t *testing.T) {
 		}
 	}
 	if vmCodec.dict.Load() == nil || vmiCodec.dict.Load() == nil {
-		t.Error("no dictionary")
+		t.Fatal("no dictionary")
+	}
+	// The dictionaries kept for decoding have no encoding table (S2's
+	// fastTable, 32 KB): encoders are pooled copies (specCodec).
+	for _, d := range []*s2.Dict{vmCodec.dict.Load(), vmiCodec.dict.Load()} {
+		table := reflect.ValueOf(d).Elem().FieldByName("fastTable")
+		if !table.IsValid() {
+			t.Fatal("s2.Dict has no fastTable field any more: check how this version keeps its encoding tables")
+		}
+		if !table.IsNil() {
+			t.Error("the decoding dictionary keeps an encoding table")
+		}
 	}
 }
 
