@@ -92,6 +92,10 @@ func TestTwoCaddyProcesses(t *testing.T) {
 	if exit := tokB.WaitTask(upid); exit != "OK" {
 		t.Fatalf("start task (A) polled on B: %s", exit)
 	}
+	// Read there, the end shows there: B says running next.
+	if st := onB.Status(node, id); st["status"] != "running" {
+		t.Fatalf("status on B after reading A's start end: %v", st)
+	}
 	// The ticket still works on the restarted A, writes included.
 	onA := &testcaddy.PVE{T: t, Base: baseA, C: testcaddy.Client(), Auth: ticketAuth(ticket, csrf)}
 	if st := onA.Status(node, id); st["status"] != "running" {
@@ -104,6 +108,9 @@ func TestTwoCaddyProcesses(t *testing.T) {
 	waitProcess(t, pb, baseB)
 	if exit := onB.WaitTask(upid); exit != "OK" {
 		t.Fatalf("stop task (A) after restarting B: %s", exit)
+	}
+	if st := onB.Status(node, id); st["status"] != "stopped" {
+		t.Fatalf("status on B after reading A's stop end: %v", st)
 	}
 	var tasks []map[string]any
 	onB.OK("GET", "/nodes/"+node+"/tasks", form("vmid", id), &tasks)

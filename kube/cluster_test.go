@@ -419,6 +419,15 @@ func blindVMWatch(_ kubernetes.Interface, kv kubevirt.Interface) {
 	})
 }
 
+// blindVMIWatch makes every VirtualMachineInstance watch of kv deliver
+// nothing, so that only list results reach a Cluster.
+func blindVMIWatch(_ kubernetes.Interface, kv kubevirt.Interface) {
+	fake := kv.(*kubevirtsim.FakeKubeVirtClientset)
+	fake.PrependWatchReactor("virtualmachineinstances", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, watch.NewRaceFreeFake(), nil
+	})
+}
+
 func TestCreateVMReadYourWrites(t *testing.T) {
 	e := newEnv(t, envOptions{beforeController: blindVMWatch})
 	c := e.cluster(Options{}, true)

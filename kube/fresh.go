@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
@@ -59,6 +62,22 @@ func (c *Cluster) lookUpVMID(ctx context.Context, vmid int) bool {
 	return found
 }
 
+// seeEnd makes sure that this replica's cache shows what a task that
+// ended well left behind, when a client reads that end here: the VM a
+// create made (seeMadeVM), the power state a start or stop reached
+// (seePowerEnd). Another replica may have ended the task before this
+// one's watches delivered what it saw.
+func (c *Cluster) seeEnd(ctx context.Context, t *Task) {
+	if t.Running() || translate.ExitIsError(t.ExitStatus) || t.uid == "" {
+		return
+	}
+	if makesVM[t.UPID.Type] {
+		c.seeMadeVM(ctx, t)
+	} else if powerSense(t.goal) != 0 {
+		c.seePowerEnd(ctx, t, time.Now())
+	}
+}
+
 // makesVM are the task types whose successful end means their subject VM
 // exists: PVE lists a VM on every node once its create task has ended.
 var makesVM = map[string]bool{translate.TaskCreate: true, translate.TaskClone: true, translate.TaskRestore: true}
@@ -70,9 +89,6 @@ var makesVM = map[string]bool{translate.TaskCreate: true, translate.TaskClone: t
 // informer delivered the VM. It costs a map lookup unless the VM is
 // missing, and then one read within GuestFresh's budget.
 func (c *Cluster) seeMadeVM(ctx context.Context, t *Task) {
-	if t.Running() || translate.ExitIsError(t.ExitStatus) || !makesVM[t.UPID.Type] || t.uid == "" {
-		return
-	}
 	if vm := c.cachedVM(t.namespace, t.name); (vm != nil && vm.hasUID(t.uid)) || !c.freshLookups.Allow() {
 		return
 	}
@@ -89,6 +105,58 @@ func (c *Cluster) lookUpVM(ctx context.Context, namespace, name string, uid type
 	}
 	if vm.UID == uid {
 		c.vms.put(vm, true)
+	}
+}
+
+// seePowerEnd makes sure that the cached instance of the VM a power task
+// was about shows the state the task ended on: a client that read "start
+// ended OK" here reads status/current here next and must find the VM
+// running, as on PVE. It costs a map lookup unless the cache disagrees,
+// and then one read within GuestFresh's budget. Only ends of the last
+// mutationTTL count: a later task may have changed the state since, and
+// clients that keep polling an old task should not spend the budget.
+func (c *Cluster) seePowerEnd(ctx context.Context, t *Task, now time.Time) {
+	if now.Sub(t.EndTime) > mutationTTL {
+		return
+	}
+	vm := c.cachedVM(t.namespace, t.name)
+	if vm == nil || !vm.hasUID(t.uid) {
+		return // deleted since, or a namesake: nothing of the task's to show
+	}
+	if powerEndShown(t.goal, vm.meta(), c.cachedVMI(t.namespace, t.name).meta()) || !c.freshLookups.Allow() {
+		return
+	}
+	c.lookUpVMI(ctx, t.namespace, t.name)
+}
+
+// powerEndShown tells whether vm with its instance vmi (nil: none) shows
+// the power state a task of goal ended on.
+func powerEndShown(goal Goal, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) bool {
+	st := translate.GuestStateOf(vm, vmi)
+	switch powerSense(goal) {
+	case 1:
+		return translate.VMIRunning(vmi) && (goal != GoalResumed || st.QMPStatus != translate.QMPPaused)
+	case 2:
+		return !st.Running()
+	case 3:
+		return st.QMPStatus == translate.QMPPaused
+	}
+	return true
+}
+
+// lookUpVMI reads the instance namespace/name as the plugin and puts what
+// kube-apiserver has into the cache: the instance, or its absence.
+func (c *Cluster) lookUpVMI(ctx context.Context, namespace, name string) {
+	vmi, err := c.own.kv.KubevirtV1().VirtualMachineInstances(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if cached := c.cachedVMI(namespace, name); cached != nil {
+			c.vmis.drop(cached)
+		}
+	case err != nil:
+		c.logger.Debug("looking up the instance of an ended power task", zap.String("vm", namespace+"/"+name), zap.Error(err))
+	default:
+		c.vmis.put(vmi, true)
 	}
 }
 

@@ -2,14 +2,17 @@ package kube
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/caddy-proxmox/caddy-proxmox/internal/testutil"
 	"github.com/caddy-proxmox/caddy-proxmox/translate"
 )
 
@@ -100,5 +103,133 @@ func TestEndedCreateShowsItsVM(t *testing.T) {
 	}
 	if g, err := c.Guest(4545); err != nil || g.Name() != made.Name {
 		t.Fatalf("Guest(4545) = %v, %v", g, err)
+	}
+}
+
+// A replica whose instance watch lags shows the state a start or stop
+// task ended on once a client reads that end there (another replica ended
+// it): on PVE, status/current after a start task's OK says running. A
+// failed task, a namesake's and one that ended long ago change nothing.
+func TestEndedPowerTaskShowsItsState(t *testing.T) {
+	e := newEnv(t, envOptions{beforeController: blindVMIWatch})
+	c := e.cluster(Options{}, true)
+	always := kubevirtv1.RunStrategyAlways
+	vm, err := e.kv.KubevirtV1().VirtualMachines("default").Create(e.ctx, &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "powered", UID: "uid-powered", Labels: map[string]string{translate.LabelVMID: "4646"}},
+		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: &always, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Wait(t, waitTimeout, "the VM in the cache", func() (bool, string) {
+		_, err := c.Guest(4646)
+		return err == nil, fmt.Sprint(err)
+	})
+	state := func() string {
+		g, err := c.Guest(4646)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.State().Status
+	}
+	// The instance another replica saw start; this one's watch is blind.
+	if _, err := e.kv.KubevirtV1().VirtualMachineInstances("default").Create(e.ctx, &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "powered", UID: "uid-powered-vmi"},
+		Status:     kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Running},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	pid := uint32(0)
+	record := func(typ string, goal Goal, exit string, uid types.UID, ended time.Time) string {
+		pid++
+		u := translate.UPID{Node: "node-1", PID: pid, PStart: 7, StartTime: ended.Unix(), Type: typ, ID: "4646", User: "root@pam"}
+		task := &Task{UPID: u, goal: goal, namespace: vm.Namespace, name: vm.Name, uid: uid, cmName: taskPrefix + u.Key(), deadline: now.Add(time.Hour)}
+		task.finish(exit, ended)
+		if _, err := e.kube.CoreV1().ConfigMaps("default").Create(e.ctx, task.toConfigMap("default"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return u.String()
+	}
+	read := func(upid string) {
+		t.Helper()
+		if got, err := c.Tasks.Get(e.ctx, upid); err != nil || got.Running() {
+			t.Fatalf("Get(%s) = %+v, %v", upid, got, err)
+		}
+	}
+
+	for _, tc := range []struct {
+		name  string
+		exit  string
+		uid   types.UID
+		ended time.Time
+	}{
+		{"failed", "start failed: the VM instance failed", vm.UID, now},
+		{"namesake's", translate.ExitOK, "uid-gone", now},
+		{"long ended", translate.ExitOK, vm.UID, now.Add(-2 * mutationTTL)},
+	} {
+		read(record(translate.TaskStart, GoalRunning, tc.exit, tc.uid, tc.ended))
+		if st := state(); st != translate.StatusStopped {
+			t.Fatalf("%s start task read: the cache shows %s", tc.name, st)
+		}
+	}
+	read(record(translate.TaskStart, GoalRunning, translate.ExitOK, vm.UID, now))
+	if st := state(); st != translate.StatusRunning {
+		t.Fatalf("start task read as ended OK, but status/current would say %s", st)
+	}
+
+	// The instance goes; the blind watch keeps it here until a stop's end
+	// is read.
+	if err := e.kv.KubevirtV1().VirtualMachineInstances("default").Delete(e.ctx, "powered", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(); st != translate.StatusRunning {
+		t.Fatalf("control: the blind cache shows %s before the stop's end is read", st)
+	}
+	read(record(translate.TaskStop, GoalStopped, translate.ExitOK, vm.UID, time.Now()))
+	if st := state(); st != translate.StatusStopped || c.cachedVMI(vm.Namespace, vm.Name) != nil {
+		t.Fatalf("stop task read as ended OK, but the cache shows %s (instance %v)", st, c.cachedVMI(vm.Namespace, vm.Name) != nil)
+	}
+}
+
+func TestPowerEndShown(t *testing.T) {
+	vm := &kubevirtv1.VirtualMachine{}
+	inst := func(phase kubevirtv1.VirtualMachineInstancePhase, paused bool) *kubevirtv1.VirtualMachineInstance {
+		vmi := &kubevirtv1.VirtualMachineInstance{Status: kubevirtv1.VirtualMachineInstanceStatus{Phase: phase}}
+		if paused {
+			vmi.Status.Conditions = []kubevirtv1.VirtualMachineInstanceCondition{{Type: kubevirtv1.VirtualMachineInstancePaused, Status: corev1.ConditionTrue}}
+		}
+		return vmi
+	}
+	running, paused, failed := inst(kubevirtv1.Running, false), inst(kubevirtv1.Running, true), inst(kubevirtv1.Failed, false)
+	scheduled := inst(kubevirtv1.Scheduled, false)
+	for _, c := range []struct {
+		goal Goal
+		vmi  *kubevirtv1.VirtualMachineInstance
+		want bool
+	}{
+		{GoalRunning, running, true},
+		{GoalRunning, paused, true}, // a start of a paused guest is done
+		{GoalRunning, nil, false},
+		{GoalRunning, scheduled, false},
+		{GoalRestarted, running, true},
+		{GoalResumed, running, true},
+		{GoalResumed, paused, false},
+		{GoalPaused, paused, true},
+		{GoalPaused, running, false},
+		{GoalStopped, nil, true},
+		{GoalStopped, failed, true},
+		{GoalStopped, running, false},
+		{GoalStoppedAfterStart, running, false},
+		{GoalNone, nil, true},
+		{GoalProvisioned, nil, true},
+	} {
+		if got := powerEndShown(c.goal, vm, c.vmi); got != c.want {
+			phase := kubevirtv1.VirtualMachineInstancePhase("none")
+			if c.vmi != nil {
+				phase = c.vmi.Status.Phase
+			}
+			t.Errorf("powerEndShown(%s, %s) = %v, want %v", c.goal, phase, got, c.want)
+		}
 	}
 }

@@ -23,6 +23,7 @@ var ownUsers = map[string]string{
 	"Cluster.startMetrics":          "metrics.k8s.io poller: one cache for every caller",
 	"Cluster.lookUpVMID":            "a VM another replica made, into the cache the informer would fill: one cache for every caller",
 	"Cluster.lookUpVM":              "a VM whose making another replica ended, into the cache the informer would fill: one cache for every caller",
+	"Cluster.lookUpVMI":             "the instance of a VM whose start or stop another replica ended, into the cache the informer would fill: one cache for every caller",
 	"apiMetricsSource.get":          "metrics.k8s.io poller: one cache for every caller",
 	"power.detect":                  "API discovery",
 	"Cluster.as":                    "the plugin's clients when no identity is carried",

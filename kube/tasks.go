@@ -337,7 +337,7 @@ func (ts *Tasks) Get(ctx context.Context, upid string) (*Task, error) {
 			go ts.persist(context.Background(), t.copy())
 		}
 	}
-	ts.c.seeMadeVM(ctx, t)
+	ts.c.seeEnd(ctx, t)
 	return t, nil
 }
 
