@@ -59,23 +59,10 @@ func TestGuestFresh(t *testing.T) {
 func TestEndedCreateShowsItsVM(t *testing.T) {
 	e := newEnv(t, envOptions{beforeController: blindVMWatch})
 	c := e.cluster(Options{}, true)
-	halted := kubevirtv1.RunStrategyHalted
-	made, err := e.kv.KubevirtV1().VirtualMachines("default").Create(e.ctx, &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "made-elsewhere", UID: "uid-made", Labels: map[string]string{translate.LabelVMID: "4545"}},
-		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	made := e.createVM("made-elsewhere", "uid-made", "4545", kubevirtv1.RunStrategyHalted)
 	now := time.Now()
 	record := func(pid uint32, exit string, uid types.UID) string {
-		u := translate.UPID{Node: "node-1", PID: pid, PStart: 7, StartTime: now.Unix(), Type: translate.TaskCreate, ID: "4545", User: "root@pam"}
-		task := &Task{UPID: u, goal: GoalNone, namespace: made.Namespace, name: made.Name, uid: uid, cmName: taskPrefix + u.Key(), deadline: now.Add(time.Hour)}
-		task.finish(exit, now)
-		if _, err := e.kube.CoreV1().ConfigMaps("default").Create(e.ctx, task.toConfigMap("default"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return u.String()
+		return e.recordEnded(translate.UPID{PID: pid, Type: translate.TaskCreate, ID: "4545"}, GoalNone, made, uid, exit, now)
 	}
 	cachedHere := func() bool { return c.cachedVM(made.Namespace, made.Name) != nil }
 
@@ -113,14 +100,7 @@ func TestEndedCreateShowsItsVM(t *testing.T) {
 func TestEndedPowerTaskShowsItsState(t *testing.T) {
 	e := newEnv(t, envOptions{beforeController: blindVMIWatch})
 	c := e.cluster(Options{}, true)
-	always := kubevirtv1.RunStrategyAlways
-	vm, err := e.kv.KubevirtV1().VirtualMachines("default").Create(e.ctx, &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "powered", UID: "uid-powered", Labels: map[string]string{translate.LabelVMID: "4646"}},
-		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: &always, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm := e.createVM("powered", "uid-powered", "4646", kubevirtv1.RunStrategyAlways)
 	testutil.Wait(t, waitTimeout, "the VM in the cache", func() (bool, string) {
 		_, err := c.Guest(4646)
 		return err == nil, fmt.Sprint(err)
@@ -143,13 +123,7 @@ func TestEndedPowerTaskShowsItsState(t *testing.T) {
 	pid := uint32(0)
 	record := func(typ string, goal Goal, exit string, uid types.UID, ended time.Time) string {
 		pid++
-		u := translate.UPID{Node: "node-1", PID: pid, PStart: 7, StartTime: ended.Unix(), Type: typ, ID: "4646", User: "root@pam"}
-		task := &Task{UPID: u, goal: goal, namespace: vm.Namespace, name: vm.Name, uid: uid, cmName: taskPrefix + u.Key(), deadline: now.Add(time.Hour)}
-		task.finish(exit, ended)
-		if _, err := e.kube.CoreV1().ConfigMaps("default").Create(e.ctx, task.toConfigMap("default"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return u.String()
+		return e.recordEnded(translate.UPID{PID: pid, Type: typ, ID: "4646"}, goal, vm, uid, exit, ended)
 	}
 	read := func(upid string) {
 		t.Helper()
@@ -232,4 +206,33 @@ func TestPowerEndShown(t *testing.T) {
 			t.Errorf("powerEndShown(%s, %s) = %v, want %v", c.goal, phase, got, c.want)
 		}
 	}
+}
+
+// recordEnded records, as another replica would, a task on vm (Node,
+// PStart and User of u filled in) with goal and the VM UID uid that ended
+// with exit at ended, and returns its UPID.
+func (e *env) recordEnded(u translate.UPID, goal Goal, vm *kubevirtv1.VirtualMachine, uid types.UID, exit string, ended time.Time) string {
+	e.t.Helper()
+	u.Node, u.PStart, u.StartTime, u.User = "node-1", 7, ended.Unix(), "root@pam"
+	task := &Task{UPID: u, goal: goal, namespace: vm.Namespace, name: vm.Name, uid: uid, cmName: taskPrefix + u.Key(), deadline: ended.Add(time.Hour)}
+	task.finish(exit, ended)
+	// The task namespace of Options{}.
+	if _, err := e.kube.CoreV1().ConfigMaps("default").Create(e.ctx, task.toConfigMap("default"), metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return u.String()
+}
+
+// createVM creates VM default/name with uid, vmid's label and run
+// strategy rs in the fake cluster, behind any Cluster's back.
+func (e *env) createVM(name string, uid types.UID, vmid string, rs kubevirtv1.VirtualMachineRunStrategy) *kubevirtv1.VirtualMachine {
+	e.t.Helper()
+	vm, err := e.kv.KubevirtV1().VirtualMachines("default").Create(e.ctx, &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: uid, Labels: map[string]string{translate.LabelVMID: vmid}},
+		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: &rs, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return vm
 }

@@ -80,7 +80,8 @@ func (ts *Tasks) evaluateMoved(t *Task, vm *kubevirtv1.VirtualMachine, now time.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, vol, _ := strings.Cut(t.object, ":")
-	done, kept, err := ts.c.dropMovedSource(ctx, vm, translate.ClaimOfVolume(vol))
+	claim := translate.ClaimOfVolume(vol)
+	done, kept, err := ts.c.dropMovedSource(ctx, vm, claim)
 	if err != nil || !done {
 		// Tried again on the next pass, until the deadline.
 		ts.c.logger.Warn("move_disk: removing the source volume", zap.String("upid", t.UPID.String()), zap.Error(err))
@@ -88,6 +89,13 @@ func (ts *Tasks) evaluateMoved(t *Task, vm *kubevirtv1.VirtualMachine, now time.
 	}
 	if kept != "" {
 		return true, "WARNINGS: 1", []string{"WARN: " + kept}
+	}
+	if ts.c.CachedPVC(t.namespace, claim) != nil {
+		// PVE's move frees the source before its task ends, so a content
+		// list read after the end must not show it: wait until the claim's
+		// deletion (by the garbage collector, after its DataVolume's) shows
+		// here. The next passes find nothing left to drop.
+		return false, "", nil
 	}
 	return true, translate.ExitOK, []string{fmt.Sprintf("removing source volume '%s' after successful copy", t.object)}
 }
