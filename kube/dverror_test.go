@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
@@ -38,17 +39,7 @@ type dvErrorEnv struct {
 func newDVErrorEnv(t *testing.T, status cdiv1.DataVolumeStatus) *dvErrorEnv {
 	t.Helper()
 	checkGoroutines(t)
-	vm := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: "default", UID: "copy-uid"},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			DataVolumeTemplates: []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: "copy-disk"}}},
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
-				Volumes: []kubevirtv1.Volume{{Name: "scsi0", VolumeSource: kubevirtv1.VolumeSource{
-					DataVolume: &kubevirtv1.DataVolumeSource{Name: "copy-disk"}}}},
-			}},
-		},
-		Status: kubevirtv1.VirtualMachineStatus{PrintableStatus: kubevirtv1.VirtualMachineStatusDataVolumeError},
-	}
+	vm := vmOnDataVolume("copy", "copy-disk", kubevirtv1.VirtualMachineStatusDataVolumeError)
 	owner := metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "copy", UID: "copy-uid"}
 	dv := &cdiv1.DataVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "copy-disk", Namespace: "default", UID: "copy-disk-uid", OwnerReferences: []metav1.OwnerReference{owner}},
@@ -57,6 +48,13 @@ func newDVErrorEnv(t *testing.T, status cdiv1.DataVolumeStatus) *dvErrorEnv {
 	pvc := claim("default", "copy-disk", &metav1.OwnerReference{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume", Name: "copy-disk", UID: "copy-disk-uid"})
 	pvc.Status.Phase = corev1.ClaimBound
 	kc, kv, cdi := kubevirtsim.NewFakeClientsWithCDI(append(kubevirtsim.Seed(), []k8sruntime.Object{vm, dv, pvc}...)...)
+	return &dvErrorEnv{c: startWithCDI(t, kc, kv, cdi), kube: kc, kv: kv, cdi: cdi}
+}
+
+// startWithCDI starts a Cluster with CDI on the fake clients, its task
+// passes every 20 ms; it is stopped when the test ends.
+func startWithCDI(t *testing.T, kc kubernetes.Interface, kv kubevirt.Interface, cdi cdiclient.Interface) *Cluster {
+	t.Helper()
 	c := New(kc, kv, nil, Options{CDI: cdi, AssumeKubeVirtAPIs: true})
 	c.Tasks.Interval = 20 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -65,7 +63,23 @@ func newDVErrorEnv(t *testing.T, status cdiv1.DataVolumeStatus) *dvErrorEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	return &dvErrorEnv{c: c, kube: kc, kv: kv, cdi: cdi}
+	return c
+}
+
+// vmOnDataVolume is VM default/name (UID name-uid) whose disk scsi0 is the
+// DataVolume template dv, in the given KubeVirt status.
+func vmOnDataVolume(name, dv string, status kubevirtv1.VirtualMachinePrintableStatus) *kubevirtv1.VirtualMachine {
+	return &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name + "-uid")},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			DataVolumeTemplates: []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: dv}}},
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+				Volumes: []kubevirtv1.Volume{{Name: "scsi0", VolumeSource: kubevirtv1.VolumeSource{
+					DataVolume: &kubevirtv1.DataVolumeSource{Name: dv}}}},
+			}},
+		},
+		Status: kubevirtv1.VirtualMachineStatus{PrintableStatus: status},
+	}
 }
 
 // clone starts the clone task that waits for the VM's volumes.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,17 +25,7 @@ import (
 func TestMoveWithDeleteEndsWithTheSourceGone(t *testing.T) {
 	checkGoroutines(t)
 	owner := metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "mover", UID: "mover-uid"}
-	vm := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Name: "mover", Namespace: "default", UID: "mover-uid"},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			DataVolumeTemplates: []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: "vm-900-disk-1"}}},
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
-				Volumes: []kubevirtv1.Volume{{Name: "scsi0", VolumeSource: kubevirtv1.VolumeSource{
-					DataVolume: &kubevirtv1.DataVolumeSource{Name: "vm-900-disk-1"}}}},
-			}},
-		},
-		Status: kubevirtv1.VirtualMachineStatus{PrintableStatus: kubevirtv1.VirtualMachineStatusStopped},
-	}
+	vm := vmOnDataVolume("mover", "vm-900-disk-1", kubevirtv1.VirtualMachineStatusStopped)
 	target := &cdiv1.DataVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "vm-900-disk-1", Namespace: "default", UID: "target-uid", OwnerReferences: []metav1.OwnerReference{owner}},
 		Status:     cdiv1.DataVolumeStatus{Phase: cdiv1.Succeeded},
@@ -54,14 +43,9 @@ func TestMoveWithDeleteEndsWithTheSourceGone(t *testing.T) {
 		deletes.Add(1)
 		return true, nil, nil
 	})
-	c := New(kc, kv, nil, Options{CDI: cdi, AssumeKubeVirtAPIs: true})
-	c.Tasks.Interval = 20 * time.Millisecond
+	c := startWithCDI(t, kc, kv, cdi)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
 
 	task, err := c.Tasks.Begin(ctx, TaskSpec{
 		Node: seedNode1, Type: translate.TaskMove, ID: "900", User: "root@pam", Goal: GoalMoved,
